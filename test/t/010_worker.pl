@@ -1,0 +1,414 @@
+
+# Copyright (c) pgjq contributors
+#
+# The background worker: one launcher plus one worker per database listed in
+# pgjq.database_names.  Checks that it starts, promotes delayed jobs and
+# rescues expired leases by itself (no manual promote/rescue), prunes expired
+# history partitions, follows pgjq.database_names on SIGHUP, skips databases
+# without the extension (and ones that do not exist) without crash-looping,
+# and comes back after SIGTERM of the worker or of the launcher.
+#
+# Timing: every wait is a poll (poll_query_until, 180 s by default).  Where the
+# contract promises promptness ("within a few seconds") the elapsed time is
+# also asserted, against a bound far above what an idle machine needs.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+# pgjq.max_sleep is short (2 s) so that the worker notices new databases and
+# extensions quickly, except while promotion and rescue are timed: then it is
+# raised to 60 s, well above the promptness bound, so passing shows that the
+# worker sleeps until the next deadline (a job's run_at, a lease's end) and is
+# woken when one appears, not that it merely polls often.
+my $prompt = 15;    # seconds: "within a few seconds" on a loaded machine
+
+my $node = PostgreSQL::Test::Cluster->new('worker');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'pgjq'
+pgjq.database_names = 'postgres'
+pgjq.max_sleep = '2s'
+pgjq.prune_interval = '2s'
+});
+$node->start;
+
+# --------------------------------------------------------------- helpers
+
+sub workers_query
+{
+	my ($db) = @_;
+	return
+	  "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgjq worker' AND datname = '$db'";
+}
+
+sub worker_pid
+{
+	my ($db) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgjq worker' AND datname = '$db'"
+	);
+}
+
+sub launcher_pid
+{
+	return $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgjq launcher'"
+	);
+}
+
+# Poll until $query returns $expected; returns the seconds it took.
+sub timed_poll
+{
+	my ($db, $query, $expected, $what) = @_;
+	my $start = time;
+	ok($node->poll_query_until($db, $query, $expected), $what);
+	my $took = time - $start;
+	note sprintf("%s: %.1f s", $what, $took);
+	return $took;
+}
+
+sub job_state
+{
+	my ($db, $id) = @_;
+	return $node->safe_psql($db, "SELECT state FROM pgjq.job($id)");
+}
+
+# In a queue of its own, enqueue a job due in one second; check in the same
+# session that it cannot be claimed yet; return its id.
+my $queues = 0;
+
+sub enqueue_delayed
+{
+	my ($db) = @_;
+	my $queue = 'delayed' . ++$queues;
+	my $out = $node->safe_psql(
+		$db, qq{
+SELECT pgjq.create_queue('$queue');
+SELECT pgjq.enqueue('$queue', '{"k": "delayed"}', delay => '1 second');
+SELECT count(*) FROM pgjq.claim('$queue');
+});
+	my (undef, $id, $claimed) = split /\n/, $out;
+	is($claimed, '0', "$db/$queue: a job due in 1 s cannot be claimed at once");
+	return $id;
+}
+
+# ------------------------------------------------- the launcher and worker
+
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgjq launcher'",
+		'1'),
+	'the launcher runs');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT application_name FROM pg_stat_activity WHERE backend_type = 'pgjq launcher'"
+	),
+	'pgjq launcher',
+	'the launcher reports application_name "pgjq launcher"');
+
+$node->safe_psql('postgres', 'CREATE EXTENSION pgjq');
+timed_poll('postgres', workers_query('postgres'),
+	'1', 'a worker serves database postgres once the extension exists');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT application_name FROM pg_stat_activity WHERE backend_type = 'pgjq worker'"
+	),
+	'pgjq worker',
+	'the worker reports application_name "pgjq worker"');
+
+# ------------------------------------------- promotion of a delayed job
+
+$node->safe_psql('postgres', "ALTER SYSTEM SET pgjq.max_sleep = '60s'");
+$node->reload;
+sleep 1;    # the worker applies it at its next wake-up, at most 2 s away
+
+$node->safe_psql('postgres', "SELECT pgjq.create_queue('w')");
+my $far = $node->safe_psql('postgres',
+	"SELECT pgjq.enqueue('w', '{\"k\": \"far\"}', delay => '1 hour')");
+
+my $delayed = enqueue_delayed('postgres');
+is(job_state('postgres', $delayed), 'scheduled', 'the delayed job is scheduled');
+my $took = timed_poll('postgres',
+	"SELECT state FROM pgjq.job($delayed)",
+	'ready', 'the worker makes the delayed job ready by itself');
+cmp_ok($took, '<', $prompt,
+	"the delayed job is ready within $prompt s although max_sleep is 60 s"
+);
+
+my $claimed = $node->safe_psql('postgres',
+	"SELECT id || ',' || token FROM pgjq.claim('delayed1', 10)");
+my ($claimed_id, $claimed_token) = split /,/, $claimed;
+is($claimed_id, $delayed, 'the promoted job is claimable (and the only one)');
+is(job_state('postgres', $far),
+	'scheduled', 'a job due in an hour stays scheduled');
+
+# --------------------------------------------------- rescue of a lease
+
+$node->safe_psql('postgres',
+	"SELECT pgjq.create_queue('r', lease => '1 second', max_attempts => 2, backoff_base => '1 second', backoff_max => '1 second')"
+);
+my $rid = $node->safe_psql('postgres', "SELECT pgjq.enqueue('r', '{}')");
+
+my ($id1, $token1, $attempt1) = split /\|/,
+  $node->safe_psql('postgres',
+	"SELECT id, token, attempt FROM pgjq.claim('r', 1, lease => '1 second')");
+is($id1, $rid, 'first claim hands out the job');
+is($attempt1, '1', 'first claim is attempt 1');
+
+# Expired, rescued (a failed attempt: back to scheduled with a backoff of
+# about a second), then promoted again: all by the worker.
+$took = timed_poll(
+	'postgres',
+	"SELECT state = 'ready' AND attempt = 1 AND last_error IS NOT NULL FROM pgjq.job($rid)",
+	't',
+	'an expired lease is rescued and the job becomes ready again by itself');
+cmp_ok($took, '<', $prompt, "the rescue happens within $prompt s");
+like(
+	$node->safe_psql('postgres', "SELECT last_error FROM pgjq.job($rid)"),
+	qr/lease/,
+	'the rescued attempt records a lease error');
+
+my ($id2, $token2, $attempt2) = split /\|/,
+  $node->safe_psql('postgres',
+	"SELECT id, token, attempt FROM pgjq.claim('r', 1, lease => '1 second')");
+is($id2, $rid, 'the rescued job is claimed again');
+is($attempt2, '2', 'the second claim is attempt 2');
+isnt($token2, $token1, 'the second claim has a new token');
+is( $node->safe_psql('postgres',
+		"SELECT pgjq.complete($rid, $token1)::text || ',' || (pgjq.heartbeat($rid, $token1) IS NULL)::text"
+	),
+	'false,true',
+	'the first, rescued token is stale for complete and heartbeat');
+
+timed_poll(
+	'postgres',
+	"SELECT state FROM pgjq.job($rid)",
+	'dead', 'after max_attempts expired leases the job is dead');
+is($node->safe_psql('postgres', "SELECT attempt FROM pgjq.job($rid)"),
+	'2', 'the dead job counted two attempts');
+is($node->safe_psql('postgres', "SELECT pgjq.complete($rid, $token2)"),
+	'f', 'the last token is stale once the job is dead');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pgjq.claim('r', 10)"),
+	'0', 'a dead job is not handed out');
+
+# ------------------------------------------------------------------ prune
+
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET pgjq.max_sleep');
+$node->reload;
+
+# Finished history lives in hourly partitions by finish time
+# (pgjq.job_history_YYYYMMDD_HH, UTC, listed in pgjq.history_partition);
+# prune() truncates and drops one once its end plus the longest retention of
+# the queues with rows in it has passed.  A real partition needs at least an
+# hour to expire, so this part is white-box: make the partition of a past
+# hour as the storage layer does, move a completed job into it (exactly what
+# its history looks like once that much time has passed), and let the worker
+# remove it.
+is($node->safe_psql('postgres', "SELECT pgjq.complete($claimed_id, $claimed_token)"),
+	't', 'the promoted job completes');
+is(job_state('postgres', $claimed_id), 'completed', 'its history is visible');
+SKIP:
+{
+	skip 'the history storage has changed: update this white-box test', 5
+	  unless $node->safe_psql('postgres',
+		"SELECT to_regclass('pgjq.history_partition') IS NOT NULL AND "
+		  . "(SELECT pg_get_partkeydef('pgjq.job_history'::regclass)) = 'RANGE (finished_at)'"
+	  ) eq 't';
+	$node->safe_psql(
+		'postgres', q{
+CREATE TABLE pgjq.job_history_20000101_00
+  (LIKE pgjq.job_history INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+ALTER TABLE pgjq.job_history ATTACH PARTITION pgjq.job_history_20000101_00
+  FOR VALUES FROM ('2000-01-01 00:00:00+00') TO ('2000-01-01 01:00:00+00');
+INSERT INTO pgjq.history_partition (relname, lower_bound, upper_bound)
+  VALUES ('job_history_20000101_00', '2000-01-01 00:00:00+00', '2000-01-01 01:00:00+00');
+});
+	$node->safe_psql('postgres',
+		"UPDATE pgjq.job_history SET finished_at = '2000-01-01 00:30:00+00' WHERE id = $claimed_id"
+	);
+	is( $node->safe_psql(
+			'postgres', "SELECT count(*) FROM pgjq.job_history_20000101_00"),
+		'1',
+		'the completed job now sits in the partition of a long-past hour');
+
+	timed_poll('postgres',
+		"SELECT to_regclass('pgjq.job_history_20000101_00') IS NULL",
+		't', 'the worker drops the expired history partition by itself');
+	is( $node->safe_psql(
+			'postgres',
+			"SELECT count(*) FROM pgjq.history_partition WHERE relname = 'job_history_20000101_00'"
+		),
+		'0',
+		'the dropped partition is no longer listed');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM pgjq.job($claimed_id)"),
+		'0', 'the pruned job is gone');
+	is($node->safe_psql('postgres', "SELECT state FROM pgjq.job($rid)"),
+		'dead', 'history that has not expired is kept');
+}
+
+# A queue with no retention: its finished jobs expire at once, but their
+# partition's hour has not passed yet; prune() is callable by hand and
+# returns a count.
+$node->safe_psql('postgres', "SELECT pgjq.create_queue('r0', retention => '0')");
+$node->safe_psql(
+	'postgres', q{
+SELECT pgjq.enqueue('r0');
+SELECT pgjq.complete(id, token) FROM pgjq.claim('r0');
+});
+like($node->safe_psql('postgres', 'SELECT pgjq.prune()'),
+	qr/^\d+$/, 'pgjq.prune() is callable by hand and returns a count');
+is($node->safe_psql('postgres', workers_query('postgres')),
+	'1', 'the worker is alive after pruning');
+
+# ------------------------------------------- SIGHUP: a second database
+
+$node->safe_psql('postgres', 'CREATE DATABASE db2');
+$node->safe_psql('db2', 'CREATE EXTENSION pgjq');
+my $d2 = enqueue_delayed('db2');
+sleep 3;    # a negative check: nobody serves db2 yet
+is(job_state('db2', $d2), 'scheduled',
+	'db2 is not served before it is listed');
+is($node->safe_psql('postgres', workers_query('db2')),
+	'0', 'no worker for db2 before it is listed');
+
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET pgjq.database_names = 'postgres, db2'");
+$node->reload;
+timed_poll('postgres', workers_query('db2'),
+	'1', 'after SIGHUP a worker serves the newly listed db2');
+timed_poll('db2', "SELECT state FROM pgjq.job($d2)",
+	'ready', "db2's delayed job is made ready by its worker");
+is($node->safe_psql('postgres', workers_query('postgres')),
+	'1', 'postgres is still served by one worker');
+
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET pgjq.database_names = 'postgres'");
+$node->reload;
+timed_poll('postgres', workers_query('db2'),
+	'0', 'after SIGHUP the worker of the unlisted db2 goes away');
+is($node->safe_psql('postgres', workers_query('postgres')),
+	'1', 'postgres is still served');
+my $d2b = enqueue_delayed('db2');
+sleep 3;    # a negative check
+is(job_state('db2', $d2b), 'scheduled', 'db2 is no longer served');
+$node->safe_psql('postgres', 'DROP DATABASE db2');
+pass('an unlisted database can be dropped');
+
+# The postgres worker keeps working after the reloads.
+my $d1 = enqueue_delayed('postgres');
+timed_poll('postgres', "SELECT state FROM pgjq.job($d1)",
+	'ready', 'postgres is still promoted after the reloads');
+
+# ------------------- databases without the extension, or that do not exist
+
+my $abnormal_exit =
+  qr/background worker "[^"]*pgjq[^"]*" \(PID \d+\) (?:exited with exit code [1-9]|was terminated by signal)/;
+
+sub count_matches
+{
+	my ($text, $re) = @_;
+	my $n = () = $text =~ /$re/g;
+	return $n;
+}
+
+$node->safe_psql('postgres', 'CREATE DATABASE noext');
+my $offset = -s $node->logfile;
+my $postgres_worker = worker_pid('postgres');
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET pgjq.database_names = 'postgres, noext'");
+$node->reload;
+sleep 10;    # five max_sleep periods: long enough to see a crash-loop
+my $log = slurp_file($node->logfile, $offset);
+note "log while noext is listed without the extension:\n$log";
+cmp_ok(count_matches($log, $abnormal_exit),
+	'<=', 1,
+	'a listed database without the extension does not make a worker crash-loop'
+);
+is($node->safe_psql('postgres', workers_query('postgres')),
+	'1', 'postgres is still served while noext lacks the extension');
+
+$node->safe_psql('noext', 'CREATE EXTENSION pgjq');
+my $dn = enqueue_delayed('noext');
+timed_poll('noext', "SELECT state FROM pgjq.job($dn)",
+	'ready', 'once the extension is created, its database is served');
+
+$offset = -s $node->logfile;
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET pgjq.database_names = 'postgres, nosuchdb'");
+$node->reload;
+sleep 10;
+$log = slurp_file($node->logfile, $offset);
+note "log while nosuchdb is listed:\n$log";
+cmp_ok(count_matches($log, $abnormal_exit),
+	'<=', 2, 'a listed database that does not exist causes no crash-loop');
+timed_poll('postgres', workers_query('noext'),
+	'0', 'the worker of the unlisted noext goes away');
+my $d3 = enqueue_delayed('postgres');
+timed_poll('postgres', "SELECT state FROM pgjq.job($d3)",
+	'ready', 'postgres is still served while nosuchdb is listed');
+
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET pgjq.database_names = 'postgres'");
+$node->reload;
+
+# ---------------------------------------------------- SIGTERM and restart
+
+my $old_worker = worker_pid('postgres');
+ok($old_worker, 'a worker serves postgres before SIGTERM');
+$offset = -s $node->logfile;
+is($node->safe_psql('postgres', "SELECT pg_terminate_backend($old_worker)"),
+	't', 'SIGTERM sent to the worker');
+$took = timed_poll(
+	'postgres',
+	"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgjq worker' AND datname = 'postgres' AND pid <> $old_worker",
+	'1',
+	'a new worker replaces the terminated one');
+note sprintf('worker restarted %.1f s after SIGTERM', $took);
+$log = slurp_file($node->logfile, $offset);
+note "log after SIGTERM of the worker:\n$log";
+unlike($log, qr/terminating any other active server processes/,
+	'SIGTERM of the worker does not cause a crash restart');
+my $d4 = enqueue_delayed('postgres');
+timed_poll('postgres', "SELECT state FROM pgjq.job($d4)",
+	'ready', 'the new worker promotes delayed jobs');
+
+my $old_launcher = launcher_pid();
+ok($old_launcher, 'a launcher runs before SIGTERM');
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($old_launcher)");
+$took = timed_poll(
+	'postgres',
+	"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgjq launcher' AND pid <> $old_launcher",
+	'1',
+	'a new launcher replaces the terminated one');
+timed_poll('postgres', workers_query('postgres'),
+	'1', 'after the launcher restart postgres is served by one worker');
+sleep 3;    # a negative check: no second worker appears for postgres
+is($node->safe_psql('postgres', workers_query('postgres')),
+	'1', 'after the launcher restart there is still exactly one worker for postgres');
+$log = slurp_file($node->logfile, $offset);
+note "log after SIGTERM of the launcher:\n$log";
+unlike($log, qr/terminating any other active server processes/,
+	'SIGTERM of the launcher does not cause a crash restart');
+my $d5 = enqueue_delayed('postgres');
+timed_poll('postgres', "SELECT state FROM pgjq.job($d5)",
+	'ready', 'delayed jobs are promoted after the launcher restart');
+
+# ------------------------------------------------------------ at the end
+
+$log = slurp_file($node->logfile);
+unlike(
+	$log,
+	qr/terminating any other active server processes|was terminated by signal/,
+	'no server process crashed during the test');
+is($node->safe_psql('postgres', "SELECT state FROM pgjq.job($far)"),
+	'scheduled', 'the far job is still scheduled');
+
+$node->stop;
+done_testing();
