@@ -1,0 +1,54 @@
+# pgjq: PGXS build.  `make test` runs every test group on throwaway clusters
+# (see test/run); `make demo` and `make bench` start their own clusters too.
+
+EXTENSION = pgjq
+EXTVERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" pgjq.control)
+
+MODULE_big = pgjq
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
+DATA = $(filter-out sql/$(EXTENSION).sql sql/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard sql/$(EXTENSION)--*.sql))
+
+PG_CPPFLAGS = -I$(srcdir)/src
+PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare $(PGJQ_CFLAGS)
+
+# Tests (run them all with `make test`).  installcheck starts its own
+# preloaded servers (--temp-instance); the isolation database gets the
+# extension created for it, regress tests create it themselves.  Expected
+# output of both lives in expected/ (test/expected links to it).
+REGRESS = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
+REGRESS_OPTS = --inputdir=test --temp-config=test/pgjq.conf --temp-instance=tmp_check
+ISOLATION = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test --temp-config=test/pgjq.conf --temp-instance=tmp_check_iso --load-extension=pgjq
+PROVE_TESTS := $(sort $(wildcard test/t/*.pl))
+TAP_TESTS := $(if $(PROVE_TESTS),1)
+
+EXTRA_CLEAN = sql/$(EXTENSION)--$(EXTVERSION).sql results regression.diffs regression.out output_iso tmp_check tmp_check_iso log
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql pgjq.control
+	cp $< $@
+
+.PHONY: test demo bench indent indent-check
+
+# Everything: build with -Werror, regress, isolation, TAP and pgTAP, each on
+# its own throwaway cluster.  As root it first installs missing packages.
+test:
+	test/run
+
+demo:
+	bench/demo
+
+bench:
+	bench/run
+
+indent:
+	pg_bsd_indent -bad -bap -bbb -bc -bl -cli1 -cp33 -cdb -nce -d0 -di12 -nfc1 -i4 -l79 -lp -lpl -nip -npro -sac -tpg -ts4 -U test/typedefs.list src/*.c src/*.h 2>/dev/null || true
+	rm -f src/*.BAK
+
+indent-check:
+	@test/indent-check

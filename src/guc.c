@@ -1,0 +1,62 @@
+/*-------------------------------------------------------------------------
+ *
+ * guc.c
+ *	  pgjq's settings, defined in one block; the "pgjq" prefix is reserved.
+ *
+ *	  pgjq.database_names     databases the background worker serves (sighup)
+ *	  pgjq.max_sleep          longest worker sleep between passes (sighup)
+ *	  pgjq.prune_interval     how often the worker prunes history (sighup)
+ *	  pgjq.max_payload_size   largest payload enqueue accepts (user)
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "pgjq.h"
+
+#include "utils/guc.h"
+
+char	   *pgjq_database_names = NULL;
+int			pgjq_max_payload_size = 1024;
+int			pgjq_max_sleep_ms = 10000;
+int			pgjq_prune_interval_ms = 60000;
+
+void
+pgjq_guc_init(void)
+{
+	DefineCustomStringVariable("pgjq.database_names",
+							   "Comma-separated databases the pgjq background worker serves.",
+							   "Databases without the extension are checked again after pgjq.max_sleep.",
+							   &pgjq_database_names,
+							   "postgres",
+							   PGC_SIGHUP,
+							   GUC_LIST_INPUT,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pgjq.max_sleep",
+							"Longest time the pgjq worker sleeps between maintenance passes.",
+							"The worker wakes earlier for the next due job or lease expiry.",
+							&pgjq_max_sleep_ms,
+							10000, 10, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pgjq.prune_interval",
+							"How often the pgjq worker prunes finished history.",
+							NULL,
+							&pgjq_prune_interval_ms,
+							60000, 1000, 24 * 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pgjq.max_payload_size",
+							"Largest job payload accepted by enqueue.",
+							NULL,
+							&pgjq_max_payload_size,
+							1024, 1, 1024 * 1024,
+							PGC_SUSET,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("pgjq");
+}

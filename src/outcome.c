@@ -1,0 +1,264 @@
+/*-------------------------------------------------------------------------
+ *
+ * outcome.c
+ *	  SQL API for a claimed job's outcome: complete, fail, heartbeat,
+ *	  snooze; and cancel and retry_dead.
+ *
+ * Every outcome names (id, token).  A pair that does not match a running job
+ * (the lease was rescued, the job finished, or the token is from an older
+ * claim) is stale: the call changes nothing and answers false / 'stale' /
+ * NULL rather than raising an error.  A running job whose cancellation was
+ * requested ends as cancelled on its next outcome call, which answers as if
+ * stale, telling the worker to stop.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "args.h"
+#include "storage.h"
+
+#include "catalog/pg_type.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(pgjq_complete);
+PG_FUNCTION_INFO_V1(pgjq_complete_many);
+PG_FUNCTION_INFO_V1(pgjq_fail);
+PG_FUNCTION_INFO_V1(pgjq_heartbeat);
+PG_FUNCTION_INFO_V1(pgjq_snooze);
+PG_FUNCTION_INFO_V1(pgjq_cancel);
+PG_FUNCTION_INFO_V1(pgjq_retry_dead);
+
+#define MAX_DELAY_US (10 * USECS_PER_YEAR)
+
+/*
+ * Decide and apply the outcome of a failed attempt of a running job that the
+ * caller has locked: cancelled if its cancellation was requested, dead when
+ * its attempts are spent, else scheduled again after retry_in_us (or the
+ * queue's backoff when negative).  Used by fail() and by rescue.  Returns
+ * the final state character, or 's' for a retry.
+ */
+char
+pgjq_outcome_failed(const PgjqRunningJob *job, const char *error, int64 retry_in_us,
+					TimestampTz now)
+{
+	if (job->cancel_requested)
+		return pgjq_storage_finish(job->id, job->token, PGJQ_FINISHED_CANCELLED, error, now);
+	if (job->attempt >= job->max_attempts)
+		return pgjq_storage_finish(job->id, job->token, PGJQ_FINISHED_DEAD, error, now);
+	if (retry_in_us < 0)
+		retry_in_us = pgjq_backoff_us(job->backoff_base_us, job->backoff_max_us, job->attempt);
+	pgjq_storage_reschedule(job->id, now + retry_in_us, error, false);
+	return 's';
+}
+
+Datum
+pgjq_complete(PG_FUNCTION_ARGS)
+{
+	Datum		id;
+	Datum		token;
+	int64		n;
+
+	pgjq_arg_not_null(fcinfo, 0, "id");
+	pgjq_arg_not_null(fcinfo, 1, "token");
+	id = PG_GETARG_DATUM(0);
+	token = PG_GETARG_DATUM(1);
+	pgjq_storage_begin();
+	n = pgjq_storage_complete(1, &id, &token, GetCurrentTimestamp());
+	pgjq_storage_end();
+	PG_RETURN_BOOL(n == 1);
+}
+
+static void
+int8_elements(ArrayType *arr, const char *argname, Datum **values, int *n)
+{
+	bool	   *nulls;
+
+	deconstruct_array(arr, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, values, &nulls, n);
+	for (int i = 0; i < *n; i++)
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not contain nulls", argname)));
+}
+
+Datum
+pgjq_complete_many(PG_FUNCTION_ARGS)
+{
+	ArrayType  *ids = pgjq_arg_array(fcinfo, 0, "ids", INT8OID, true);
+	ArrayType  *tokens = pgjq_arg_array(fcinfo, 1, "tokens", INT8OID, true);
+	Datum	   *idv;
+	Datum	   *tokv;
+	int			nids;
+	int			ntok;
+	int64		n;
+
+	if (pgjq_array_length(ids) != pgjq_array_length(tokens))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ids and tokens must have the same number of elements"),
+				 errdetail("ids has %d elements, tokens has %d.",
+						   pgjq_array_length(ids), pgjq_array_length(tokens))));
+	if (pgjq_array_length(ids) > PGJQ_MAX_ENQUEUE_MANY)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("ids has too many elements"),
+				 errdetail("complete takes at most %d jobs per call.", PGJQ_MAX_ENQUEUE_MANY)));
+	if (pgjq_array_length(ids) == 0)
+		PG_RETURN_INT64(0);
+	int8_elements(ids, "ids", &idv, &nids);
+	int8_elements(tokens, "tokens", &tokv, &ntok);
+
+	pgjq_storage_begin();
+	n = pgjq_storage_complete(nids, idv, tokv, GetCurrentTimestamp());
+	pgjq_storage_end();
+	PG_RETURN_INT64(n);
+}
+
+/* The error text of fail(), clipped to PGJQ_MAX_ERROR bytes on a character boundary. */
+static char *
+error_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *s;
+	int			len;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	s = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	len = strlen(s);
+	if (len > PGJQ_MAX_ERROR)
+		s[pg_mbcliplen(s, len, PGJQ_MAX_ERROR)] = '\0';
+	return s;
+}
+
+Datum
+pgjq_fail(PG_FUNCTION_ARGS)
+{
+	int64		id;
+	int64		token;
+	char	   *error;
+	int64		retry_in_us;
+	PgjqRunningJob job;
+	const char *result = "stale";
+
+	pgjq_arg_not_null(fcinfo, 0, "id");
+	pgjq_arg_not_null(fcinfo, 1, "token");
+	id = PG_GETARG_INT64(0);
+	token = PG_GETARG_INT64(1);
+	error = error_arg(fcinfo, 2);
+	retry_in_us = pgjq_arg_interval(fcinfo, 3, "retry_in", 0, true, MAX_DELAY_US, -1);
+
+	pgjq_storage_begin();
+	if (pgjq_storage_lock_running(id, token, &job))
+	{
+		switch (pgjq_outcome_failed(&job, error, retry_in_us, GetCurrentTimestamp()))
+		{
+			case 's':
+				result = "retry";
+				break;
+			case PGJQ_FINISHED_DEAD:
+				result = "dead";
+				break;
+			default:
+				result = "stale";	/* cancelled */
+				break;
+		}
+	}
+	pgjq_storage_end();
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
+
+Datum
+pgjq_heartbeat(PG_FUNCTION_ARGS)
+{
+	int64		id;
+	int64		token;
+	int64		extend_us;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz lease_until;
+	bool		found;
+
+	pgjq_arg_not_null(fcinfo, 0, "id");
+	pgjq_arg_not_null(fcinfo, 1, "token");
+	id = PG_GETARG_INT64(0);
+	token = PG_GETARG_INT64(1);
+	extend_us = pgjq_arg_interval(fcinfo, 2, "extend", 0, false, 7 * USECS_PER_DAY, -1);
+
+	pgjq_storage_begin();
+	lease_until = pgjq_storage_heartbeat(id, token, extend_us, now, &found);
+	if (!found)
+		(void) pgjq_storage_finish_if_cancelled(id, token, now);
+	pgjq_storage_end();
+	if (!found)
+		PG_RETURN_NULL();
+	PG_RETURN_TIMESTAMPTZ(lease_until);
+}
+
+Datum
+pgjq_snooze(PG_FUNCTION_ARGS)
+{
+	int64		id;
+	int64		token;
+	int64		delay_us;
+	TimestampTz now = GetCurrentTimestamp();
+	PgjqRunningJob job;
+	bool		snoozed = false;
+
+	pgjq_arg_not_null(fcinfo, 0, "id");
+	pgjq_arg_not_null(fcinfo, 1, "token");
+	pgjq_arg_not_null(fcinfo, 2, "delay");
+	id = PG_GETARG_INT64(0);
+	token = PG_GETARG_INT64(1);
+	delay_us = pgjq_arg_interval(fcinfo, 2, "delay", 0, true, MAX_DELAY_US, 0);
+
+	pgjq_storage_begin();
+	if (pgjq_storage_lock_running(id, token, &job))
+	{
+		if (job.cancel_requested)
+			(void) pgjq_storage_finish(id, token, PGJQ_FINISHED_CANCELLED, NULL, now);
+		else
+		{
+			pgjq_storage_reschedule(id, now + delay_us, NULL, true);
+			snoozed = true;
+		}
+	}
+	pgjq_storage_end();
+	if (snoozed)
+		pgjq_shmem_note_due(now + delay_us);
+	PG_RETURN_BOOL(snoozed);
+}
+
+Datum
+pgjq_cancel(PG_FUNCTION_ARGS)
+{
+	PgjqCancelResult r;
+
+	pgjq_arg_not_null(fcinfo, 0, "id");
+	pgjq_storage_begin();
+	r = pgjq_storage_cancel(PG_GETARG_INT64(0), GetCurrentTimestamp());
+	pgjq_storage_end();
+	PG_RETURN_BOOL(r != PGJQ_CANCEL_NOT_FOUND);
+}
+
+Datum
+pgjq_retry_dead(PG_FUNCTION_ARGS)
+{
+	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
+	ArrayType  *ids = pgjq_arg_array(fcinfo, 1, "ids", INT8OID, false);
+	PgjqQueue	queue;
+	int64		n;
+
+	if (ids && array_contains_nulls(ids))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ids must not contain nulls")));
+	pgjq_storage_begin();
+	pgjq_storage_queue_lock(name, RowExclusiveLock);
+	if (!pgjq_storage_queue_get(name, &queue))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("queue \"%s\" does not exist", name)));
+	n = pgjq_storage_retry_dead(queue.queue_id, ids, GetCurrentTimestamp());
+	pgjq_storage_end();
+	PG_RETURN_INT64(n);
+}

@@ -1,0 +1,61 @@
+/*-------------------------------------------------------------------------
+ *
+ * pgjq.h
+ *	  Declarations shared by the pgjq modules: settings, module init hooks,
+ *	  shared-memory wake-ups and version compatibility shims.
+ *
+ * Each .c file keeps its statics private; this header only carries what
+ * more than one file needs.  The SQL-callable functions are declared next to
+ * their definitions with PG_FUNCTION_INFO_V1.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PGJQ_H
+#define PGJQ_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "fmgr.h"
+
+/* guc.c */
+extern char *pgjq_database_names;
+extern int	pgjq_max_payload_size;
+extern int	pgjq_max_sleep_ms;
+extern int	pgjq_prune_interval_ms;
+extern void pgjq_guc_init(void);
+
+/* shmem.c */
+extern void pgjq_shmem_init(void);
+extern bool pgjq_shmem_ready(void);
+extern void pgjq_shmem_note_due(TimestampTz due);
+extern void pgjq_shmem_worker_attach(Oid dboid);
+extern void pgjq_shmem_worker_plan(TimestampTz wake_at);
+
+/* bgworker.c */
+extern void pgjq_bgworker_init(void);
+extern PGDLLEXPORT void pgjq_launcher_main(Datum main_arg);
+extern PGDLLEXPORT void pgjq_worker_main(Datum main_arg);
+
+/* maintenance.c: one step of each kind, used by the SQL functions and the worker */
+extern int64 pgjq_maintenance_promote(void);
+extern int64 pgjq_maintenance_rescue(void);
+extern int64 pgjq_maintenance_prune(void);
+extern TimestampTz pgjq_maintenance_next_deadline(void);
+
+/* The largest batch claim() hands out and the largest enqueue_many() call. */
+#define PGJQ_MAX_BATCH			10000
+#define PGJQ_MAX_ENQUEUE_MANY	100000
+
+/* Limits on text arguments, in bytes (documented in README.md). */
+#define PGJQ_MAX_QUEUE_NAME		128
+#define PGJQ_MAX_KEY			512
+#define PGJQ_MAX_WORKER			256
+#define PGJQ_MAX_ERROR			8192
+
+/* Version shims: keep one spelling in the code for PostgreSQL 13 to 18. */
+#if PG_VERSION_NUM < 150000
+#define MarkGUCPrefixReserved(prefix) EmitWarningsOnPlaceholders(prefix)
+#endif
+
+#endif							/* PGJQ_H */

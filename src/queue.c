@@ -1,0 +1,178 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.c
+ *	  SQL API for queues: create_queue, alter_queue, drop_queue, pause,
+ *	  resume, purge.  (list_queues is plain SQL in sql/pgjq.sql.)
+ *
+ * Settings and their ranges (NULL means the default on create, unchanged on
+ * alter):
+ *	  lease           (0, 7 days]       default 30 s
+ *	  max_attempts    1 .. 10000        default 20
+ *	  backoff_base    [0, 7 days]       default 1 s
+ *	  backoff_max     [0, 30 days], >= backoff_base, default 1 h
+ *	  retention       [0, 3650 days]    default 1 day
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "args.h"
+#include "storage.h"
+
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(pgjq_create_queue);
+PG_FUNCTION_INFO_V1(pgjq_alter_queue);
+PG_FUNCTION_INFO_V1(pgjq_drop_queue);
+PG_FUNCTION_INFO_V1(pgjq_pause);
+PG_FUNCTION_INFO_V1(pgjq_resume);
+PG_FUNCTION_INFO_V1(pgjq_purge);
+
+#define MAX_ATTEMPTS_LIMIT 10000
+
+/* Read arguments 1..5 (lease .. retention); unset ones stay -1. */
+static void
+read_settings(FunctionCallInfo fcinfo, PgjqQueueSettings *s)
+{
+	s->lease_us = pgjq_arg_interval(fcinfo, 1, "lease", 0, false, 7 * USECS_PER_DAY, -1);
+	if (PG_ARGISNULL(2))
+		s->max_attempts = -1;
+	else
+	{
+		s->max_attempts = PG_GETARG_INT32(2);
+		if (s->max_attempts < 1 || s->max_attempts > MAX_ATTEMPTS_LIMIT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_attempts must be between 1 and %d", MAX_ATTEMPTS_LIMIT)));
+	}
+	s->backoff_base_us = pgjq_arg_interval(fcinfo, 3, "backoff_base", 0, true, 7 * USECS_PER_DAY, -1);
+	s->backoff_max_us = pgjq_arg_interval(fcinfo, 4, "backoff_max", 0, true, 30 * USECS_PER_DAY, -1);
+	s->retention_us = pgjq_arg_interval(fcinfo, 5, "retention", 0, true, 3650 * USECS_PER_DAY, -1);
+}
+
+static void
+check_backoff(int64 base_us, int64 max_us)
+{
+	if (max_us < base_us)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("backoff_max must not be less than backoff_base")));
+}
+
+/* Look the queue up or raise undefined_object. */
+static void
+queue_or_error(const char *name, PgjqQueue *queue)
+{
+	if (!pgjq_storage_queue_get(name, queue))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("queue \"%s\" does not exist", name)));
+}
+
+Datum
+pgjq_create_queue(PG_FUNCTION_ARGS)
+{
+	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
+	PgjqQueueSettings s;
+
+	read_settings(fcinfo, &s);
+	if (s.lease_us < 0)
+		s.lease_us = 30 * USECS_PER_SEC;
+	if (s.max_attempts < 0)
+		s.max_attempts = 20;
+	if (s.backoff_base_us < 0)
+		s.backoff_base_us = USECS_PER_SEC;
+	if (s.backoff_max_us < 0)
+		s.backoff_max_us = Max(USECS_PER_HOUR, s.backoff_base_us);
+	if (s.retention_us < 0)
+		s.retention_us = USECS_PER_DAY;
+	check_backoff(s.backoff_base_us, s.backoff_max_us);
+
+	pgjq_storage_begin();
+	if (!pgjq_storage_queue_insert(name, &s))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("queue \"%s\" already exists", name)));
+	pgjq_storage_end();
+	PG_RETURN_VOID();
+}
+
+Datum
+pgjq_alter_queue(PG_FUNCTION_ARGS)
+{
+	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
+	PgjqQueueSettings s;
+	PgjqQueue	queue;
+
+	read_settings(fcinfo, &s);
+	pgjq_storage_begin();
+	queue_or_error(name, &queue);
+	check_backoff(s.backoff_base_us >= 0 ? s.backoff_base_us : queue.backoff_base_us,
+				  s.backoff_max_us >= 0 ? s.backoff_max_us : queue.backoff_max_us);
+	pgjq_storage_queue_update(queue.queue_id, &s);
+	pgjq_storage_end();
+	PG_RETURN_VOID();
+}
+
+Datum
+pgjq_drop_queue(PG_FUNCTION_ARGS)
+{
+	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
+	bool		force = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
+	PgjqQueue	queue;
+
+	pgjq_storage_begin();
+	pgjq_storage_queue_lock(name, AccessExclusiveLock);
+	queue_or_error(name, &queue);
+	if (!force)
+	{
+		int64		running = pgjq_storage_queue_running(queue.queue_id);
+
+		if (running > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("queue \"%s\" has " INT64_FORMAT " running jobs", name, running),
+					 errhint("Wait for them to finish, or use drop_queue(..., force => true).")));
+	}
+	pgjq_storage_queue_delete(queue.queue_id);
+	pgjq_storage_end();
+	PG_RETURN_VOID();
+}
+
+static void
+set_paused(FunctionCallInfo fcinfo, bool paused)
+{
+	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
+	PgjqQueue	queue;
+
+	pgjq_storage_begin();
+	queue_or_error(name, &queue);
+	pgjq_storage_queue_set_paused(queue.queue_id, paused);
+	pgjq_storage_end();
+}
+
+Datum
+pgjq_pause(PG_FUNCTION_ARGS)
+{
+	set_paused(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
+Datum
+pgjq_resume(PG_FUNCTION_ARGS)
+{
+	set_paused(fcinfo, false);
+	PG_RETURN_VOID();
+}
+
+Datum
+pgjq_purge(PG_FUNCTION_ARGS)
+{
+	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
+	PgjqQueue	queue;
+	int64		n;
+
+	pgjq_storage_begin();
+	queue_or_error(name, &queue);
+	n = pgjq_storage_queue_purge(queue.queue_id);
+	pgjq_storage_end();
+	PG_RETURN_INT64(n);
+}

@@ -1,0 +1,234 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *	  pgjq's shared memory: one slot per database worker, used to wake the
+ *	  worker when a producer commits a job due before the worker's next
+ *	  planned wake-up.
+ *
+ * Everything here is soft state: lost on restart and rebuilt as workers
+ * attach.  Protocol (no lost wake-up, no polling):
+ *
+ *	 worker: ResetLatch; next_due := +infinity; do a pass and read the next
+ *			 deadline from the tables; next_due := planned wake-up; WaitLatch.
+ *	 producer, at commit: if its earliest new due time < next_due, SetLatch.
+ *
+ * While the worker is busy next_due is +infinity, so any commit during the
+ * pass sets the latch and the worker looks again; after it publishes its
+ * plan, only commits that need an earlier wake-up set it.  slots[] entries
+ * are assigned under the lock; next_due is an atomic read without it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "pgjq.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/timestamp.h"
+
+#define PGJQ_MAX_DATABASES 64
+
+typedef struct PgjqWorkerSlot
+{
+	Oid			dboid;			/* InvalidOid when free */
+	Latch	   *latch;			/* the worker's process latch */
+	pg_atomic_uint64 next_due;	/* TimestampTz of its planned wake-up */
+} PgjqWorkerSlot;
+
+typedef struct PgjqSharedState
+{
+	LWLock	   *lock;			/* protects slot assignment */
+	PgjqWorkerSlot slots[PGJQ_MAX_DATABASES];
+} PgjqSharedState;
+
+static PgjqSharedState *pgjq_state = NULL;
+static PgjqWorkerSlot *my_slot = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+#if PG_VERSION_NUM >= 150000
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+
+/* The earliest due time of jobs this transaction scheduled, or DT_NOEND. */
+static TimestampTz pending_due = DT_NOEND;
+static bool xact_callback_registered = false;
+
+static Size
+shared_size(void)
+{
+	return MAXALIGN(sizeof(PgjqSharedState));
+}
+
+static void
+request_shmem(void)
+{
+#if PG_VERSION_NUM >= 150000
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	RequestAddinShmemSpace(shared_size());
+	RequestNamedLWLockTranche("pgjq", 1);
+}
+
+static void
+startup_shmem(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	pgjq_state = ShmemInitStruct("pgjq", shared_size(), &found);
+	if (!found)
+	{
+		memset(pgjq_state, 0, sizeof(PgjqSharedState));
+		pgjq_state->lock = &(GetNamedLWLockTranche("pgjq"))->lock;
+		for (int i = 0; i < PGJQ_MAX_DATABASES; i++)
+			pg_atomic_init_u64(&pgjq_state->slots[i].next_due, (uint64) DT_NOEND);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Called from _PG_init while shared_preload_libraries is processed. */
+void
+pgjq_shmem_init(void)
+{
+#if PG_VERSION_NUM >= 150000
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = request_shmem;
+#else
+	request_shmem();
+#endif
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = startup_shmem;
+}
+
+/* True when pgjq was preloaded and its shared memory exists. */
+bool
+pgjq_shmem_ready(void)
+{
+	return pgjq_state != NULL;
+}
+
+static void
+wake_worker(TimestampTz due)
+{
+	for (int i = 0; i < PGJQ_MAX_DATABASES; i++)
+	{
+		PgjqWorkerSlot *slot = &pgjq_state->slots[i];
+
+		if (slot->dboid != MyDatabaseId)
+			continue;
+		pg_read_barrier();
+		if (due < (TimestampTz) pg_atomic_read_u64(&slot->next_due) && slot->latch)
+			SetLatch(slot->latch);
+		break;
+	}
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (pending_due != DT_NOEND && pgjq_state)
+				wake_worker(pending_due);
+			pending_due = DT_NOEND;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			pending_due = DT_NOEND;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * Remember that this transaction made a job due at `due`; at commit the
+ * database's worker is woken if it planned to sleep past it.  A no-op
+ * without shared memory (the maintenance functions are then called by hand).
+ */
+void
+pgjq_shmem_note_due(TimestampTz due)
+{
+	if (pgjq_state == NULL)
+		return;
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	if (due < pending_due)
+		pending_due = due;
+}
+
+static void
+worker_detach(int code, Datum arg)
+{
+	if (my_slot == NULL)
+		return;
+	LWLockAcquire(pgjq_state->lock, LW_EXCLUSIVE);
+	my_slot->latch = NULL;
+	my_slot->dboid = InvalidOid;
+	pg_atomic_write_u64(&my_slot->next_due, (uint64) DT_NOEND);
+	LWLockRelease(pgjq_state->lock);
+	my_slot = NULL;
+}
+
+/*
+ * Take this database's slot for the calling worker.  Errors if another
+ * worker already serves the database or no slot is free.
+ */
+void
+pgjq_shmem_worker_attach(Oid dboid)
+{
+	PgjqWorkerSlot *free_slot = NULL;
+
+	LWLockAcquire(pgjq_state->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < PGJQ_MAX_DATABASES; i++)
+	{
+		PgjqWorkerSlot *slot = &pgjq_state->slots[i];
+
+		if (slot->dboid == dboid)
+		{
+			LWLockRelease(pgjq_state->lock);
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("a pgjq worker already serves database %u", dboid)));
+		}
+		if (slot->dboid == InvalidOid && free_slot == NULL)
+			free_slot = slot;
+	}
+	if (free_slot == NULL)
+	{
+		LWLockRelease(pgjq_state->lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("pgjq serves at most %d databases", PGJQ_MAX_DATABASES)));
+	}
+	free_slot->dboid = dboid;
+	free_slot->latch = &MyProc->procLatch;
+	pg_atomic_write_u64(&free_slot->next_due, (uint64) DT_NOEND);
+	my_slot = free_slot;
+	LWLockRelease(pgjq_state->lock);
+	before_shmem_exit(worker_detach, (Datum) 0);
+}
+
+/*
+ * The worker publishes when it plans to wake (DT_NOEND while busy); see the
+ * protocol in the file header.
+ */
+void
+pgjq_shmem_worker_plan(TimestampTz wake_at)
+{
+	pg_atomic_write_u64(&my_slot->next_due, (uint64) wake_at);
+	pg_write_barrier();
+}

@@ -1,0 +1,85 @@
+/*-------------------------------------------------------------------------
+ *
+ * spi_plans.c
+ *	  Prepare-once, execute-many SPI plans for the storage engine.
+ *
+ * Callers must be connected to SPI.  Plans are parsed under the search_path
+ * the SQL functions pin (pg_catalog, pg_temp) or that the background worker
+ * sets, and every relation is schema-qualified, so no caller-controlled
+ * object can be reached.  If the extension is dropped and created again the
+ * plan cache revalidates the kept plans from their SQL text.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "spi_plans.h"
+
+static SPIPlanPtr
+prepare(PgjqPlan *plan)
+{
+	if (plan->plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(plan->sql, plan->nargs, plan->argtypes);
+
+		if (p == NULL)
+			elog(ERROR, "pgjq: SPI_prepare failed (%s) for: %s",
+				 SPI_result_code_string(SPI_result), plan->sql);
+		if (SPI_keepplan(p) != 0)
+			elog(ERROR, "pgjq: SPI_keepplan failed");
+		plan->plan = p;
+	}
+	return plan->plan;
+}
+
+static int
+run(PgjqPlan *plan, Datum *values, const char *nulls, bool read_only, long count)
+{
+	int			rc = SPI_execute_plan(prepare(plan), values, nulls, read_only, count);
+
+	if (rc < 0)
+		elog(ERROR, "pgjq: SPI_execute_plan failed (%s) for: %s",
+			 SPI_result_code_string(rc), plan->sql);
+	return rc;
+}
+
+/*
+ * Execute a plan; returns the SPI result code.  SPI_processed and
+ * SPI_tuptable hold the rows.  Always in SPI's read-write mode, even for
+ * reads: that mode takes a fresh snapshot per statement under READ COMMITTED,
+ * which the protocols here rely on (the dedup lookup after ON CONFLICT, the
+ * queue lookup after its lock) to see what committed meanwhile.
+ */
+int
+pgjq_spi_run(PgjqPlan *plan, Datum *values, const char *nulls, long count)
+{
+	return run(plan, values, nulls, false, count);
+}
+
+/* Column col (1-based) of result row `row` of the last execution. */
+Datum
+pgjq_spi_get(int row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+int64
+pgjq_spi_get_int64(int row, int col)
+{
+	bool		isnull;
+	Datum		d = pgjq_spi_get(row, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+/*
+ * Run a utility statement built by the caller from trusted parts only
+ * (partition names and bounds derived from integers).
+ */
+void
+pgjq_spi_exec_utility(const char *sql)
+{
+	int			rc = SPI_execute(sql, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "pgjq: SPI_execute failed (%s) for: %s",
+			 SPI_result_code_string(rc), sql);
+}

@@ -1,0 +1,57 @@
+/*-------------------------------------------------------------------------
+ *
+ * storage.c
+ *	  Entry and exit of the storage engine, and helpers its files share.
+ *
+ * pgjq_storage_begin() connects to SPI and remembers the caller's memory
+ * context, where the engine copies every result it hands back.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "storage.h"
+#include "storage_internal.h"
+
+#include "catalog/namespace.h"
+#include "utils/lsyscache.h"
+
+MemoryContext pgjq_result_cxt = NULL;
+
+void
+pgjq_storage_begin(void)
+{
+	MemoryContext caller = CurrentMemoryContext;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	pgjq_result_cxt = caller;
+}
+
+void
+pgjq_storage_end(void)
+{
+	SPI_finish();
+}
+
+/* An interval Datum of exactly us microseconds. */
+Datum
+pgjq_interval_datum(int64 us)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+
+	iv->time = us;
+	return IntervalPGetDatum(iv);
+}
+
+/* The OID of schema pgjq; errors if the extension is not installed. */
+Oid
+pgjq_namespace(void)
+{
+	return get_namespace_oid("pgjq", false);
+}
+
+/* The OID of relation pgjq.<name>, or InvalidOid. */
+Oid
+pgjq_relation(const char *name)
+{
+	return get_relname_relid(name, pgjq_namespace());
+}

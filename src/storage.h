@@ -1,0 +1,143 @@
+/*-------------------------------------------------------------------------
+ *
+ * storage.h
+ *	  The narrow interface between pgjq's SQL API and its storage engine.
+ *
+ * The API layer (queue.c, enqueue.c, claim.c, outcome.c, maintenance.c)
+ * validates arguments and decides semantics; only the storage_*.c files know
+ * tables, indexes and SQL.  Replacing the engine means reimplementing this
+ * header, not touching the API or its tests.
+ *
+ * Every function here must be called between pgjq_storage_begin() and
+ * pgjq_storage_end() (an SPI connection), inside a transaction.  Results are
+ * allocated in the memory context that was current at pgjq_storage_begin(),
+ * so they survive pgjq_storage_end().
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PGJQ_STORAGE_H
+#define PGJQ_STORAGE_H
+
+#include "pgjq.h"
+
+#include "storage/lockdefs.h"
+#include "utils/array.h"
+
+typedef struct PgjqQueue
+{
+	int32		queue_id;
+	int64		lease_us;
+	int32		max_attempts;
+	int64		backoff_base_us;
+	int64		backoff_max_us;
+	int64		retention_us;
+	bool		paused;
+} PgjqQueue;
+
+/* Settings for create_queue/alter_queue; a negative value means "unset". */
+typedef struct PgjqQueueSettings
+{
+	int64		lease_us;
+	int32		max_attempts;
+	int64		backoff_base_us;
+	int64		backoff_max_us;
+	int64		retention_us;
+} PgjqQueueSettings;
+
+/* Jobs to enqueue: arrays of n, plus values shared by all of them. */
+typedef struct PgjqNewJobs
+{
+	int			n;
+	int64	   *ids;			/* out: new or existing (dedup) job ids */
+	Datum	   *payloads;		/* jsonb */
+	Datum	   *fair_keys;		/* text, or NULL pointer for all-default */
+	bool	   *fair_key_nulls;
+	Datum	   *dedup_keys;		/* text, or NULL pointer for none */
+	bool	   *dedup_key_nulls;
+	int16		priority;
+	int32		max_attempts;
+	TimestampTz enqueued_at;
+	TimestampTz run_at;
+} PgjqNewJobs;
+
+typedef struct PgjqClaimedJob
+{
+	int64		id;
+	int32		attempt;
+	Datum		payload;		/* jsonb */
+	Datum		fair_key;		/* text; 0 when the job has no key */
+	int16		priority;
+	TimestampTz enqueued_at;
+} PgjqClaimedJob;
+
+/* A running job's facts that decide the outcome of a failure. */
+typedef struct PgjqRunningJob
+{
+	int64		id;
+	int64		token;
+	int32		attempt;
+	int32		max_attempts;
+	bool		cancel_requested;
+	int64		backoff_base_us;
+	int64		backoff_max_us;
+} PgjqRunningJob;
+
+typedef enum PgjqCancelResult
+{
+	PGJQ_CANCEL_NOT_FOUND,
+	PGJQ_CANCEL_DONE,
+	PGJQ_CANCEL_REQUESTED
+} PgjqCancelResult;
+
+/* Final states as stored in job_history.state */
+#define PGJQ_FINISHED_COMPLETED	'c'
+#define PGJQ_FINISHED_DEAD		'd'
+#define PGJQ_FINISHED_CANCELLED	'x'
+
+extern void pgjq_storage_begin(void);
+extern void pgjq_storage_end(void);
+
+/* storage_queue.c */
+extern void pgjq_storage_queue_lock(const char *name, LOCKMODE mode);
+extern bool pgjq_storage_queue_get(const char *name, PgjqQueue *queue);
+extern bool pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s);
+extern void pgjq_storage_queue_update(int32 queue_id, const PgjqQueueSettings *s);
+extern void pgjq_storage_queue_set_paused(int32 queue_id, bool paused);
+extern int64 pgjq_storage_queue_running(int32 queue_id);
+extern void pgjq_storage_queue_delete(int32 queue_id);
+extern int64 pgjq_storage_queue_purge(int32 queue_id);
+
+/* storage_job.c */
+extern void pgjq_storage_enqueue(int32 queue_id, PgjqNewJobs *jobs);
+extern int64 pgjq_storage_next_token(void);
+extern int64 pgjq_storage_complete(int n, Datum *ids, Datum *tokens, TimestampTz now);
+extern bool pgjq_storage_lock_running(int64 id, int64 token, PgjqRunningJob *job);
+extern void pgjq_storage_reschedule(int64 id, TimestampTz run_at, const char *error,
+									bool give_back_attempt);
+extern char pgjq_storage_finish(int64 id, int64 token, char state, const char *error,
+								TimestampTz now);
+extern bool pgjq_storage_finish_if_cancelled(int64 id, int64 token, TimestampTz now);
+extern TimestampTz pgjq_storage_heartbeat(int64 id, int64 token, int64 extend_us,
+										  TimestampTz now, bool *found);
+extern PgjqCancelResult pgjq_storage_cancel(int64 id, TimestampTz now);
+extern int64 pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz now);
+
+/* outcome.c: a failed attempt of a locked running job (fail and rescue) */
+extern char pgjq_outcome_failed(const PgjqRunningJob *job, const char *error,
+								int64 retry_in_us, TimestampTz now);
+
+/* storage_claim.c */
+extern int	pgjq_storage_claim(const PgjqQueue *queue, int batch,
+							   TimestampTz lease_until, const char *worker,
+							   int64 *token, PgjqClaimedJob **jobs);
+
+/* storage_maintenance.c */
+extern int64 pgjq_storage_promote(TimestampTz now);
+extern int	pgjq_storage_expired(TimestampTz now, int limit, PgjqRunningJob **jobs);
+extern TimestampTz pgjq_storage_next_deadline(void);
+
+/* storage_history.c */
+extern void pgjq_history_ensure(TimestampTz ts);
+extern int64 pgjq_history_prune(TimestampTz now);
+
+#endif							/* PGJQ_STORAGE_H */

@@ -1,0 +1,266 @@
+/*-------------------------------------------------------------------------
+ *
+ * storage_claim.c
+ *	  Fair claim on the first storage engine.
+ *
+ * Order: smaller priority first; within a priority, round-robin across the
+ * fair_key values that have ready jobs; within a key, oldest (lowest id)
+ * first.  The ready jobs are indexed by (queue_id, priority, fair_key, id)
+ * WHERE state = 'r', so each step is an index probe and a claim costs
+ * O(batch + keys visited), not O(backlog):
+ *
+ *	 1. find the smallest priority >= the current one with a ready job;
+ *	 2. list up to `remaining` keys at that priority, starting after the key
+ *		served last (a loose index scan), wrapping around once;
+ *	 3. lock up to ceil(remaining / keys) oldest jobs of each key with FOR
+ *		UPDATE SKIP LOCKED, pick them round by round (1st of every key, then
+ *		2nd, ...) and lease the picks in the same statement.
+ *
+ * A round that leases nothing at a priority (its jobs are locked by other
+ * claimers) moves on to the next priority, so the loop ends.  Rows locked but
+ * not picked stay locked until commit; there are fewer than `keys` of them.
+ *
+ * The "key served last" is remembered per backend and queue: each worker
+ * cycles through the keys, so the cluster as a whole is fair.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "storage_internal.h"
+
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+static PgjqPlan plan_next_priority = {
+	"SELECT priority FROM pgjq.job"
+	" WHERE queue_id = $1 AND state = 'r' AND priority >= $2"
+	" ORDER BY priority LIMIT 1",
+	2, {INT4OID, INT2OID}
+};
+
+/* Keys >= $3 at priority $2, in order, at most $4: a loose index scan. */
+static PgjqPlan plan_keys = {
+	"WITH RECURSIVE k(fair_key) AS ("
+	"  (SELECT j.fair_key FROM pgjq.job j"
+	"    WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = $2 AND j.fair_key >= $3"
+	"    ORDER BY j.fair_key LIMIT 1)"
+	"  UNION ALL"
+	"  SELECT (SELECT j.fair_key FROM pgjq.job j"
+	"           WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = $2"
+	"             AND j.fair_key > k.fair_key"
+	"           ORDER BY j.fair_key LIMIT 1)"
+	"    FROM k WHERE k.fair_key IS NOT NULL)"
+	" SELECT fair_key FROM k WHERE fair_key IS NOT NULL LIMIT $4",
+	4, {INT4OID, INT2OID, TEXTOID, INT4OID}
+};
+
+static PgjqPlan plan_lease = {
+	"WITH c AS ("
+	"  SELECT l.id, k.ord, row_number() OVER (PARTITION BY k.ord ORDER BY l.id) AS rn"
+	"    FROM unnest($3::text[]) WITH ORDINALITY AS k(fair_key, ord)"
+	"   CROSS JOIN LATERAL"
+	"        (SELECT j.id FROM pgjq.job j"
+	"          WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = $2"
+	"            AND j.fair_key = k.fair_key"
+	"          ORDER BY j.id LIMIT $4 FOR UPDATE SKIP LOCKED) l),"
+	" pick AS (SELECT c.id, c.ord, c.rn FROM c ORDER BY c.rn, c.ord LIMIT $5)"
+	" UPDATE pgjq.job j SET state = 'a', attempt = j.attempt + 1, token = $6,"
+	"        lease_until = $7, worker = $8"
+	"   FROM pick WHERE j.id = pick.id"
+	" RETURNING j.id, j.attempt, j.payload, j.fair_key, j.priority, j.enqueued_at,"
+	"           pick.rn, pick.ord",
+	8, {INT4OID, INT2OID, TEXTARRAYOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID, TEXTOID}
+};
+
+/* The key served last, per queue, in this backend. */
+#define CURSOR_SLOTS 32
+typedef struct FairCursor
+{
+	int32		queue_id;
+	char	   *key;			/* TopMemoryContext; NULL = none yet */
+} FairCursor;
+static FairCursor cursors[CURSOR_SLOTS];
+static int	cursor_next_victim = 0;
+
+static FairCursor *
+cursor_for(int32 queue_id)
+{
+	FairCursor *c;
+
+	for (int i = 0; i < CURSOR_SLOTS; i++)
+		if (cursors[i].queue_id == queue_id && cursors[i].key != NULL)
+			return &cursors[i];
+	c = &cursors[cursor_next_victim];
+	cursor_next_victim = (cursor_next_victim + 1) % CURSOR_SLOTS;
+	if (c->key)
+		pfree(c->key);
+	c->queue_id = queue_id;
+	c->key = MemoryContextStrdup(TopMemoryContext, "");
+	return c;
+}
+
+static void
+cursor_set(FairCursor *c, const char *key)
+{
+	char	   *copy = MemoryContextStrdup(TopMemoryContext, key);
+
+	pfree(c->key);
+	c->key = copy;
+}
+
+/*
+ * Append to keys[] up to `limit` keys at priority `prio` that are >= from,
+ * and (when upto is not NULL) <= upto.
+ */
+static int
+list_keys(int32 queue_id, int16 prio, const char *from, const char *upto,
+		  int limit, Datum *keys, char **keystr, int nkeys)
+{
+	Datum		values[4];
+
+	values[0] = Int32GetDatum(queue_id);
+	values[1] = Int16GetDatum(prio);
+	values[2] = CStringGetTextDatum(from);
+	values[3] = Int32GetDatum(limit);
+	pgjq_spi_run(&plan_keys, values, NULL, 0);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		char	   *k = TextDatumGetCString(pgjq_spi_get(r, 1, &isnull));
+
+		if (upto && strcmp(k, upto) > 0)
+			break;
+		keystr[nkeys] = k;
+		keys[nkeys++] = CStringGetTextDatum(k);
+	}
+	return nkeys;
+}
+
+typedef struct Pick
+{
+	PgjqClaimedJob job;
+	int64		rn;
+	int64		ord;
+} Pick;
+
+static int
+pick_cmp(const void *a, const void *b)
+{
+	const Pick *pa = a,
+			   *pb = b;
+
+	if (pa->rn != pb->rn)
+		return pa->rn < pb->rn ? -1 : 1;
+	if (pa->ord != pb->ord)
+		return pa->ord < pb->ord ? -1 : 1;
+	return 0;
+}
+
+/*
+ * Lease up to `batch` ready jobs of the queue in fair order.  Returns how
+ * many; *jobs (in the result context) holds them in claim order and *token
+ * their fencing token, drawn only once a ready job has been seen (an empty
+ * poll costs no sequence call).
+ */
+int
+pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
+				   const char *worker, int64 *token, PgjqClaimedJob **jobs)
+{
+	FairCursor *cursor = cursor_for(queue->queue_id);
+	PgjqClaimedJob *out = MemoryContextAlloc(pgjq_result_cxt, sizeof(PgjqClaimedJob) * batch);
+	Datum	   *keys = palloc(sizeof(Datum) * batch);
+	char	  **keystr = palloc(sizeof(char *) * batch);
+	int			nout = 0;
+	int			prio = PG_INT16_MIN;
+
+	while (nout < batch && prio <= PG_INT16_MAX)
+	{
+		int			remaining = batch - nout;
+		int			nkeys;
+		int16		p;
+		Datum		values[8];
+		char		nulls[9] = "        ";
+		bool		isnull;
+		Pick	   *picks;
+		int			npicks;
+
+		CHECK_FOR_INTERRUPTS();
+
+		/* 1. the smallest priority with ready jobs */
+		values[0] = Int32GetDatum(queue->queue_id);
+		values[1] = Int16GetDatum((int16) prio);
+		pgjq_spi_run(&plan_next_priority, values, NULL, 1);
+		if (SPI_processed == 0)
+			break;
+		p = DatumGetInt16(pgjq_spi_get(0, 1, &isnull));
+
+		/*
+		 * 2. keys after the cursor, then from the start up to the cursor.
+		 * The smallest text greater than s is s || E'\x01' (text has no NUL).
+		 */
+		{
+			char	   *after = psprintf("%s\x01", cursor->key);
+
+			nkeys = list_keys(queue->queue_id, p, after, NULL, remaining, keys, keystr, 0);
+			if (nkeys < remaining)
+				nkeys = list_keys(queue->queue_id, p, "", cursor->key, remaining - nkeys,
+								  keys, keystr, nkeys);
+		}
+		if (nkeys == 0)
+		{
+			prio = p + 1;
+			continue;
+		}
+
+		/* 3. lock and lease, round by round across the keys */
+		if (*token == 0)
+			*token = pgjq_storage_next_token();
+		values[0] = Int32GetDatum(queue->queue_id);
+		values[1] = Int16GetDatum(p);
+		values[2] = PointerGetDatum(construct_array(keys, nkeys, TEXTOID, -1, false, TYPALIGN_INT));
+		values[3] = Int32GetDatum((remaining + nkeys - 1) / nkeys);
+		values[4] = Int32GetDatum(remaining);
+		values[5] = Int64GetDatum(*token);
+		values[6] = TimestampTzGetDatum(lease_until);
+		if (worker)
+			values[7] = CStringGetTextDatum(worker);
+		else
+			nulls[7] = 'n';
+		pgjq_spi_run(&plan_lease, values, nulls, 0);
+
+		npicks = (int) SPI_processed;
+		if (npicks == 0)
+		{
+			prio = p + 1;
+			continue;
+		}
+		picks = palloc(sizeof(Pick) * npicks);
+		for (int r = 0; r < npicks; r++)
+		{
+			Pick	   *pk = &picks[r];
+			Datum		fk;
+			MemoryContext old;
+
+			pk->job.id = pgjq_spi_get_int64(r, 1);
+			pk->job.attempt = DatumGetInt32(pgjq_spi_get(r, 2, &isnull));
+			pk->job.priority = DatumGetInt16(pgjq_spi_get(r, 5, &isnull));
+			pk->job.enqueued_at = DatumGetTimestampTz(pgjq_spi_get(r, 6, &isnull));
+			pk->rn = pgjq_spi_get_int64(r, 7);
+			pk->ord = pgjq_spi_get_int64(r, 8);
+			old = MemoryContextSwitchTo(pgjq_result_cxt);
+			pk->job.payload = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &isnull);
+			pk->job.payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(pk->job.payload));
+			fk = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 4, &isnull);
+			pk->job.fair_key = VARSIZE_ANY_EXHDR(DatumGetPointer(fk)) == 0 ? (Datum) 0 :
+				PointerGetDatum(PG_DETOAST_DATUM_COPY(fk));
+			MemoryContextSwitchTo(old);
+		}
+		qsort(picks, npicks, sizeof(Pick), pick_cmp);
+		for (int r = 0; r < npicks; r++)
+			out[nout++] = picks[r].job;
+		cursor_set(cursor, keystr[picks[npicks - 1].ord - 1]);
+		/* stay at this priority: it may still have ready jobs */
+		prio = p;
+	}
+	*jobs = out;
+	return nout;
+}

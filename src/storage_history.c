@@ -1,0 +1,232 @@
+/*-------------------------------------------------------------------------
+ *
+ * storage_history.c
+ *	  Hourly partitions of pgjq.job_history: create ahead, prune whole.
+ *
+ * A partition covers one UTC hour of finished_at and is named
+ * job_history_YYYYMMDD_HH.  pgjq_history_ensure() runs before every insert
+ * into history: a syscache probe when the partition exists (the common case,
+ * as maintenance creates the next hour ahead), else it creates it.  Creation
+ * is CREATE TABLE then ATTACH PARTITION, which needs only a SHARE UPDATE
+ * EXCLUSIVE lock on the parent: concurrent inserts into other partitions go
+ * on, and two creators serialize on that lock and re-check after it.
+ *
+ * Pruning (maintenance only): once a partition's hour has passed it records
+ * which queues have rows in it; when its end plus the longest retention of
+ * those queues has passed, it is truncated (space back at once, no dead
+ * tuples, no VACUUM) and then dropped when the parent's lock can be had
+ * without waiting; otherwise the drop is tried again on the next pass.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "storage_internal.h"
+
+#include "miscadmin.h"
+#include "pgtime.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+
+static PgjqPlan plan_register = {
+	"INSERT INTO pgjq.history_partition (relname, lower_bound, upper_bound)"
+	" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+	3, {NAMEOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+static PgjqPlan plan_to_close = {
+	"SELECT relname FROM pgjq.history_partition"
+	" WHERE queue_ids IS NULL AND upper_bound <= $1"
+	"   AND upper_bound + (SELECT coalesce(max(retention), '0') FROM pgjq.queue) > $1",
+	1, {TIMESTAMPTZOID}
+};
+
+static PgjqPlan plan_expired = {
+	"SELECT hp.relname, hp.queue_ids = '{}' AS emptied"
+	"  FROM pgjq.history_partition hp"
+	" WHERE hp.upper_bound <= $1"
+	"   AND hp.upper_bound + CASE WHEN hp.queue_ids IS NULL"
+	"         THEN (SELECT coalesce(max(q.retention), '0') FROM pgjq.queue q)"
+	"         ELSE (SELECT coalesce(max(q.retention), '0') FROM pgjq.queue q"
+	"                WHERE q.queue_id = ANY (hp.queue_ids)) END <= $1"
+	" ORDER BY hp.upper_bound",
+	1, {TIMESTAMPTZOID}
+};
+
+static PgjqPlan plan_mark_emptied = {
+	"UPDATE pgjq.history_partition SET queue_ids = '{}' WHERE relname = $1",
+	1, {NAMEOID}
+};
+
+static PgjqPlan plan_unregister = {
+	"DELETE FROM pgjq.history_partition WHERE relname = $1",
+	1, {NAMEOID}
+};
+
+/* Start of the UTC hour holding ts. */
+static TimestampTz
+hour_start(TimestampTz ts)
+{
+	TimestampTz h = ts - ts % USECS_PER_HOUR;
+
+	if (ts % USECS_PER_HOUR < 0)
+		h -= USECS_PER_HOUR;
+	return h;
+}
+
+static void
+partition_name(TimestampTz start, char *buf, size_t len)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+
+	if (timestamp2tm(start, NULL, &tm, &fsec, NULL, NULL) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range")));
+	snprintf(buf, len, "job_history_%04d%02d%02d_%02d",
+			 tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour);
+}
+
+/* Seconds since the Unix epoch, for partition bounds. */
+static int64
+unix_seconds(TimestampTz ts)
+{
+	return ts / USECS_PER_SEC +
+		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY;
+}
+
+/*
+ * Make sure the history partition for finished_at = ts exists.  Caller is
+ * connected to SPI.
+ */
+void
+pgjq_history_ensure(TimestampTz ts)
+{
+	TimestampTz lo = hour_start(ts);
+	char		name[NAMEDATALEN];
+	Oid			parent;
+
+	partition_name(lo, name, sizeof(name));
+	if (OidIsValid(pgjq_relation(name)))
+		return;
+
+	parent = pgjq_relation("job_history");
+	if (!OidIsValid(parent))
+		elog(ERROR, "pgjq: table pgjq.job_history is missing");
+	LockRelationOid(parent, ShareUpdateExclusiveLock);
+	if (!OidIsValid(pgjq_relation(name)))
+	{
+		Datum		values[3];
+
+		pgjq_spi_exec_utility(psprintf("CREATE TABLE pgjq.%s"
+									   " (LIKE pgjq.job_history INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
+									   name));
+		pgjq_spi_exec_utility(psprintf("ALTER TABLE pgjq.job_history ATTACH PARTITION pgjq.%s"
+									   " FOR VALUES FROM (pg_catalog.to_timestamp(" INT64_FORMAT "))"
+									   " TO (pg_catalog.to_timestamp(" INT64_FORMAT "))",
+									   name, unix_seconds(lo),
+									   unix_seconds(lo + USECS_PER_HOUR)));
+		values[0] = CStringGetDatum(name);
+		values[0] = DirectFunctionCall1(namein, values[0]);
+		values[1] = TimestampTzGetDatum(lo);
+		values[2] = TimestampTzGetDatum(lo + USECS_PER_HOUR);
+		pgjq_spi_run(&plan_register, values, NULL, 0);
+	}
+}
+
+/* Try to take a lock without waiting, a few times over ~100 ms. */
+static bool
+lock_soon(Oid relid, LOCKMODE mode)
+{
+	for (int i = 0; i < 5; i++)
+	{
+		if (ConditionalLockRelationOid(relid, mode))
+			return true;
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(20000L);
+	}
+	return false;
+}
+
+/*
+ * Remove history whose retention has passed, whole partitions at a time.
+ * Returns how many partitions were emptied or dropped.  Also creates the next
+ * hour's partition ahead of need.
+ */
+int64
+pgjq_history_prune(TimestampTz now)
+{
+	int64		pruned = 0;
+	int			n;
+	char	  **names;
+	bool	   *emptied;
+	Oid			parent = pgjq_relation("job_history");
+
+	pgjq_history_ensure(now);
+	pgjq_history_ensure(now + USECS_PER_HOUR);
+
+	/* record which queues have rows in each partition whose hour is over */
+	{
+		Datum		values[1] = {TimestampTzGetDatum(now)};
+
+		pgjq_spi_run(&plan_to_close, values, NULL, 0);
+		n = (int) SPI_processed;
+		names = palloc(sizeof(char *) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+			names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		for (int i = 0; i < n; i++)
+		{
+			const char *rel = quote_identifier(names[i]);
+
+			pgjq_spi_exec_utility(psprintf("UPDATE pgjq.history_partition"
+										   "   SET queue_ids = (SELECT coalesce(array_agg(DISTINCT queue_id), '{}')"
+										   "                      FROM pgjq.%s)"
+										   " WHERE relname = %s",
+										   rel, quote_literal_cstr(names[i])));
+		}
+	}
+
+	{
+		Datum		values[1] = {TimestampTzGetDatum(now)};
+
+		pgjq_spi_run(&plan_expired, values, NULL, 0);
+		n = (int) SPI_processed;
+		names = palloc(sizeof(char *) * Max(n, 1));
+		emptied = palloc(sizeof(bool) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+		{
+			bool		isnull;
+			Datum		e = pgjq_spi_get(i, 2, &isnull);
+
+			names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+			emptied[i] = !isnull && DatumGetBool(e);
+		}
+	}
+
+	for (int i = 0; i < n; i++)
+	{
+		Oid			relid = pgjq_relation(names[i]);
+		Datum		values[1];
+
+		values[0] = DirectFunctionCall1(namein, CStringGetDatum(names[i]));
+		if (!OidIsValid(relid))
+		{
+			pgjq_spi_run(&plan_unregister, values, NULL, 0);
+			continue;
+		}
+		if (!emptied[i])
+		{
+			if (!lock_soon(relid, AccessExclusiveLock))
+				continue;
+			pgjq_spi_exec_utility(psprintf("TRUNCATE pgjq.%s", quote_identifier(names[i])));
+			pgjq_spi_run(&plan_mark_emptied, values, NULL, 0);
+			pruned++;
+		}
+		if (lock_soon(parent, AccessExclusiveLock))
+		{
+			pgjq_spi_exec_utility(psprintf("DROP TABLE pgjq.%s", quote_identifier(names[i])));
+			pgjq_spi_run(&plan_unregister, values, NULL, 0);
+		}
+	}
+	return pruned;
+}

@@ -1,0 +1,510 @@
+/*-------------------------------------------------------------------------
+ *
+ * storage_job.c
+ *	  Job rows of the first storage engine: enqueue, outcomes, cancel,
+ *	  redrive.
+ *
+ * pgjq.job holds unfinished jobs (state 's' scheduled, 'r' ready, 'a'
+ * running); finishing a job moves it to pgjq.job_history in the same
+ * statement (DELETE ... RETURNING feeding INSERT).  Every outcome is fenced by
+ * (id, token, state = 'a'): a concurrent outcome or rescue either holds the
+ * row lock (we wait, then the re-checked WHERE no longer matches) or has
+ * committed (the row no longer matches), so a stale token changes nothing.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "storage_internal.h"
+
+#include "commands/sequence.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#define HISTORY_COLUMNS \
+	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key," \
+	" attempt, max_attempts, token, enqueued_at, finished_at, worker, last_error, payload) "
+
+#define HISTORY_FROM_D(state, finished, error, payload) \
+	HISTORY_COLUMNS \
+	"SELECT d.id, d.queue_id, " state ", d.priority, d.fair_key, d.dedup_key," \
+	" d.attempt, d.max_attempts, d.token, d.enqueued_at, " finished ", d.worker, " \
+	error ", " payload " FROM d RETURNING state"
+
+static PgjqPlan plan_enqueue_one = {
+	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
+	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload)"
+	" VALUES ($1, $2, $3, $4, COALESCE($5, ''), $6, 0, $7, 0, $8, $9, false, $10)"
+	" ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING",
+	10, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, JSONBOID}
+};
+
+static PgjqPlan plan_enqueue_many = {
+	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
+	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload)"
+	" SELECT t.id, $1, $2, $3, COALESCE(t.fair_key, ''), t.dedup_key, 0, $4, 0, $5, $6, false,"
+	"        t.payload"
+	"   FROM unnest($7::int8[], $8::jsonb[], $9::text[], $10::text[])"
+	"        AS t(id, payload, fair_key, dedup_key)"
+	" ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
+	" RETURNING id",
+	10, {INT4OID, CHAROID, INT2OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8ARRAYOID,
+	JSONBARRAYOID, TEXTARRAYOID, TEXTARRAYOID}
+};
+
+static PgjqPlan plan_dedup_lookup = {
+	"SELECT t.ord, j.id"
+	"  FROM unnest($2::text[]) WITH ORDINALITY AS t(k, ord)"
+	"  JOIN pgjq.job j ON j.queue_id = $1 AND j.dedup_key = t.k",
+	2, {INT4OID, TEXTARRAYOID}
+};
+
+static PgjqPlan plan_complete = {
+	"WITH d AS (DELETE FROM pgjq.job j USING unnest($1::int8[], $2::int8[]) AS t(id, token)"
+	"            WHERE j.id = t.id AND j.token = t.token AND j.state = 'a' RETURNING j.*) "
+	HISTORY_FROM_D("CASE WHEN d.cancel_requested THEN 'x' ELSE 'c' END", "$3",
+				   "d.last_error", "NULL"),
+	3, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID}
+};
+
+static PgjqPlan plan_lock_running = {
+	"SELECT j.attempt, j.max_attempts, j.cancel_requested, q.backoff_base, q.backoff_max"
+	"  FROM pgjq.job j JOIN pgjq.queue q ON q.queue_id = j.queue_id"
+	" WHERE j.id = $1 AND j.token = $2 AND j.state = 'a'"
+	"   FOR UPDATE OF j",
+	2, {INT8OID, INT8OID}
+};
+
+static PgjqPlan plan_reschedule = {
+	"UPDATE pgjq.job SET state = 's', run_at = $2, lease_until = NULL,"
+	"       last_error = COALESCE($3, last_error),"
+	"       attempt = attempt - CASE WHEN $4 THEN 1 ELSE 0 END"
+	" WHERE id = $1",
+	4, {INT8OID, TIMESTAMPTZOID, TEXTOID, BOOLOID}
+};
+
+static PgjqPlan plan_finish = {
+	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.token = $2 AND j.state = 'a'"
+	"           RETURNING j.*) "
+	HISTORY_FROM_D("CASE WHEN d.cancel_requested THEN 'x' ELSE $4 END", "$3",
+				   "COALESCE($5, d.last_error)",
+				   "CASE WHEN d.cancel_requested OR $4 <> 'd' THEN NULL ELSE d.payload END"),
+	5, {INT8OID, INT8OID, TIMESTAMPTZOID, CHAROID, TEXTOID}
+};
+
+static PgjqPlan plan_finish_if_cancelled = {
+	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.token = $2 AND j.state = 'a'"
+	"             AND j.cancel_requested RETURNING j.*) "
+	HISTORY_FROM_D("'x'", "$3", "d.last_error", "NULL"),
+	3, {INT8OID, INT8OID, TIMESTAMPTZOID}
+};
+
+static PgjqPlan plan_heartbeat = {
+	"UPDATE pgjq.job j SET lease_until = $3 + COALESCE($4, q.lease)"
+	"  FROM pgjq.queue q"
+	" WHERE j.id = $1 AND j.token = $2 AND j.state = 'a' AND NOT j.cancel_requested"
+	"   AND q.queue_id = j.queue_id"
+	" RETURNING j.lease_until",
+	4, {INT8OID, INT8OID, TIMESTAMPTZOID, INTERVALOID}
+};
+
+static PgjqPlan plan_cancel_waiting = {
+	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.state IN ('s', 'r')"
+	"           RETURNING j.*) "
+	HISTORY_FROM_D("'x'", "$2", "d.last_error", "NULL"),
+	2, {INT8OID, TIMESTAMPTZOID}
+};
+
+static PgjqPlan plan_cancel_running = {
+	"UPDATE pgjq.job SET cancel_requested = true WHERE id = $1 AND state = 'a'",
+	1, {INT8OID}
+};
+
+static PgjqPlan plan_retry_dead = {
+	"WITH d AS (DELETE FROM pgjq.job_history h"
+	"            WHERE h.queue_id = $1 AND h.state = 'd'"
+	"              AND ($2::int8[] IS NULL OR h.id = ANY ($2))"
+	"              AND (h.dedup_key IS NULL OR NOT EXISTS"
+	"                   (SELECT 1 FROM pgjq.job j"
+	"                     WHERE j.queue_id = h.queue_id AND j.dedup_key = h.dedup_key))"
+	"           RETURNING h.*)"
+	" INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
+	"        max_attempts, token, enqueued_at, run_at, worker, last_error, cancel_requested,"
+	"        payload)"
+	" SELECT d.id, d.queue_id, 'r', d.priority, d.fair_key, d.dedup_key, 0, d.max_attempts,"
+	"        d.token, d.enqueued_at, $3, d.worker, d.last_error, false,"
+	"        COALESCE(d.payload, '{}')"
+	"   FROM d",
+	3, {INT4OID, INT8ARRAYOID, TIMESTAMPTZOID}
+};
+
+static int64
+next_value(const char *seqname)
+{
+	Oid			seq = pgjq_relation(seqname);
+
+	if (!OidIsValid(seq))
+		elog(ERROR, "pgjq: sequence pgjq.%s is missing", seqname);
+	return nextval_internal(seq, false);
+}
+
+int64
+pgjq_storage_next_token(void)
+{
+	return next_value("token_seq");
+}
+
+static ArrayType *
+datum_array(Datum *values, bool *nulls, int n, Oid elemtype)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	return construct_md_array(values, nulls, 1, dims, lbs, elemtype, typlen, typbyval, typalign);
+}
+
+/* Position of id in the ascending array ids[0..n), or -1. */
+static int
+find_id(const int64 *ids, int n, int64 id)
+{
+	int			lo = 0,
+				hi = n - 1;
+
+	while (lo <= hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		if (ids[mid] == id)
+			return mid;
+		if (ids[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return -1;
+}
+
+/*
+ * Insert the jobs (pending positions only) and return how many positions are
+ * still unresolved: a dedup_key conflicted and the existing job has finished
+ * since, so the caller tries again.
+ */
+static int
+enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
+			  int64 *assigned, bool *resolved)
+{
+	char		state = jobs->run_at > jobs->enqueued_at ? 's' : 'r';
+	int			nleft = 0;
+
+	if (npending == 1)
+	{
+		int			i = pending[0];
+		Datum		values[10];
+		char		nulls[11] = "          ";
+
+		values[0] = Int64GetDatum(assigned[i]);
+		values[1] = Int32GetDatum(queue_id);
+		values[2] = CharGetDatum(state);
+		values[3] = Int16GetDatum(jobs->priority);
+		if (jobs->fair_keys && !jobs->fair_key_nulls[i])
+			values[4] = jobs->fair_keys[i];
+		else
+			nulls[4] = 'n';
+		if (jobs->dedup_keys && !jobs->dedup_key_nulls[i])
+			values[5] = jobs->dedup_keys[i];
+		else
+			nulls[5] = 'n';
+		values[6] = Int32GetDatum(jobs->max_attempts);
+		values[7] = TimestampTzGetDatum(jobs->enqueued_at);
+		values[8] = TimestampTzGetDatum(jobs->run_at > jobs->enqueued_at ? jobs->run_at : jobs->enqueued_at);
+		values[9] = jobs->payloads[i];
+		pgjq_spi_run(&plan_enqueue_one, values, nulls, 0);
+		if (SPI_processed == 1)
+		{
+			jobs->ids[i] = assigned[i];
+			resolved[i] = true;
+		}
+	}
+	else
+	{
+		Datum	   *ids = palloc(sizeof(Datum) * npending);
+		Datum	   *payloads = palloc(sizeof(Datum) * npending);
+		Datum	   *fks = palloc(sizeof(Datum) * npending);
+		bool	   *fknulls = palloc(sizeof(bool) * npending);
+		Datum	   *dks = palloc(sizeof(Datum) * npending);
+		bool	   *dknulls = palloc(sizeof(bool) * npending);
+		int64	   *sorted = palloc(sizeof(int64) * npending);
+		Datum		values[10];
+
+		for (int k = 0; k < npending; k++)
+		{
+			int			i = pending[k];
+
+			ids[k] = Int64GetDatum(assigned[i]);
+			sorted[k] = assigned[i];
+			payloads[k] = jobs->payloads[i];
+			fknulls[k] = !jobs->fair_keys || jobs->fair_key_nulls[i];
+			fks[k] = fknulls[k] ? (Datum) 0 : jobs->fair_keys[i];
+			dknulls[k] = !jobs->dedup_keys || jobs->dedup_key_nulls[i];
+			dks[k] = dknulls[k] ? (Datum) 0 : jobs->dedup_keys[i];
+		}
+		values[0] = Int32GetDatum(queue_id);
+		values[1] = CharGetDatum(state);
+		values[2] = Int16GetDatum(jobs->priority);
+		values[3] = Int32GetDatum(jobs->max_attempts);
+		values[4] = TimestampTzGetDatum(jobs->enqueued_at);
+		values[5] = TimestampTzGetDatum(jobs->run_at > jobs->enqueued_at ? jobs->run_at : jobs->enqueued_at);
+		values[6] = PointerGetDatum(datum_array(ids, NULL, npending, INT8OID));
+		values[7] = PointerGetDatum(datum_array(payloads, NULL, npending, JSONBOID));
+		values[8] = PointerGetDatum(datum_array(fks, fknulls, npending, TEXTOID));
+		values[9] = PointerGetDatum(datum_array(dks, dknulls, npending, TEXTOID));
+		pgjq_spi_run(&plan_enqueue_many, values, NULL, 0);
+
+		/* assigned ids ascend with position (one nextval each, in order) */
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			int64		id = pgjq_spi_get_int64(r, 1);
+			int			k = find_id(sorted, npending, id);
+
+			if (k < 0)
+				elog(ERROR, "pgjq: enqueue returned an unknown id " INT64_FORMAT, id);
+			jobs->ids[pending[k]] = id;
+			resolved[pending[k]] = true;
+		}
+	}
+
+	/* Positions not inserted conflicted on dedup_key: find the existing job. */
+	{
+		int		   *lookup = palloc(sizeof(int) * npending);
+		Datum	   *keys = palloc(sizeof(Datum) * npending);
+		int			nlookup = 0;
+
+		for (int k = 0; k < npending; k++)
+		{
+			int			i = pending[k];
+
+			if (resolved[i])
+				continue;
+			Assert(jobs->dedup_keys && !jobs->dedup_key_nulls[i]);
+			lookup[nlookup] = i;
+			keys[nlookup++] = jobs->dedup_keys[i];
+		}
+		if (nlookup > 0)
+		{
+			Datum		values[2];
+
+			values[0] = Int32GetDatum(queue_id);
+			values[1] = PointerGetDatum(datum_array(keys, NULL, nlookup, TEXTOID));
+			pgjq_spi_run(&plan_dedup_lookup, values, NULL, 0);
+			for (uint64 r = 0; r < SPI_processed; r++)
+			{
+				int64		ord = pgjq_spi_get_int64(r, 1);
+				int			i = lookup[ord - 1];
+
+				jobs->ids[i] = pgjq_spi_get_int64(r, 2);
+				resolved[i] = true;
+			}
+			/* retry the ones whose existing job finished in between */
+			for (int k = 0; k < nlookup; k++)
+				if (!resolved[lookup[k]])
+					pending[nleft++] = lookup[k];
+		}
+	}
+	return nleft;
+}
+
+/*
+ * Insert jobs->n jobs of one queue; ids come back in input order.  A job
+ * whose dedup_key matches an unfinished job of the queue is not inserted and
+ * gets that job's id; a duplicate within the same call gets the first one's.
+ */
+void
+pgjq_storage_enqueue(int32 queue_id, PgjqNewJobs *jobs)
+{
+	int64	   *assigned = palloc(sizeof(int64) * jobs->n);
+	bool	   *resolved = palloc0(sizeof(bool) * jobs->n);
+	int		   *pending = palloc(sizeof(int) * jobs->n);
+	int			npending = jobs->n;
+
+	for (int i = 0; i < jobs->n; i++)
+	{
+		assigned[i] = next_value("job_id_seq");
+		pending[i] = i;
+	}
+	while (npending > 0)
+	{
+		CHECK_FOR_INTERRUPTS();
+		npending = enqueue_round(queue_id, jobs, pending, npending, assigned, resolved);
+	}
+}
+
+/*
+ * Complete running jobs given as parallel int8 arrays of ids and tokens.
+ * Returns how many were completed; stale pairs are skipped, and jobs whose
+ * cancellation was requested end as cancelled (not counted).
+ */
+int64
+pgjq_storage_complete(int n, Datum *ids, Datum *tokens, TimestampTz now)
+{
+	Datum		values[3];
+	int64		completed = 0;
+
+	pgjq_history_ensure(now);
+	values[0] = PointerGetDatum(datum_array(ids, NULL, n, INT8OID));
+	values[1] = PointerGetDatum(datum_array(tokens, NULL, n, INT8OID));
+	values[2] = TimestampTzGetDatum(now);
+	pgjq_spi_run(&plan_complete, values, NULL, 0);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+
+		if (DatumGetChar(pgjq_spi_get(r, 1, &isnull)) == PGJQ_FINISHED_COMPLETED)
+			completed++;
+	}
+	return completed;
+}
+
+/*
+ * Lock the running job (id, token) and describe it; false when the pair is
+ * stale.  Waits for a concurrent outcome or rescue holding the row.
+ */
+bool
+pgjq_storage_lock_running(int64 id, int64 token, PgjqRunningJob *job)
+{
+	Datum		values[2] = {Int64GetDatum(id), Int64GetDatum(token)};
+	bool		isnull;
+
+	pgjq_spi_run(&plan_lock_running, values, NULL, 1);
+	if (SPI_processed == 0)
+		return false;
+	job->id = id;
+	job->token = token;
+	job->attempt = DatumGetInt32(pgjq_spi_get(0, 1, &isnull));
+	job->max_attempts = DatumGetInt32(pgjq_spi_get(0, 2, &isnull));
+	job->cancel_requested = DatumGetBool(pgjq_spi_get(0, 3, &isnull));
+	job->backoff_base_us = pgjq_interval_usec(DatumGetIntervalP(pgjq_spi_get(0, 4, &isnull)));
+	job->backoff_max_us = pgjq_interval_usec(DatumGetIntervalP(pgjq_spi_get(0, 5, &isnull)));
+	return true;
+}
+
+/*
+ * Put a running job (already locked by pgjq_storage_lock_running or
+ * pgjq_storage_expired) back to scheduled at run_at.
+ */
+void
+pgjq_storage_reschedule(int64 id, TimestampTz run_at, const char *error, bool give_back_attempt)
+{
+	Datum		values[4];
+	char		nulls[5] = "    ";
+
+	values[0] = Int64GetDatum(id);
+	values[1] = TimestampTzGetDatum(run_at);
+	if (error)
+		values[2] = CStringGetTextDatum(error);
+	else
+		nulls[2] = 'n';
+	values[3] = BoolGetDatum(give_back_attempt);
+	pgjq_spi_run(&plan_reschedule, values, nulls, 0);
+}
+
+/*
+ * Move the running job (id, token) to history in the given final state (a
+ * cancellation request wins over it).  Returns the state stored, or '\0'
+ * when the pair was stale.
+ */
+char
+pgjq_storage_finish(int64 id, int64 token, char state, const char *error, TimestampTz now)
+{
+	Datum		values[5];
+	char		nulls[6] = "     ";
+	bool		isnull;
+
+	pgjq_history_ensure(now);
+	values[0] = Int64GetDatum(id);
+	values[1] = Int64GetDatum(token);
+	values[2] = TimestampTzGetDatum(now);
+	values[3] = CharGetDatum(state);
+	if (error)
+		values[4] = CStringGetTextDatum(error);
+	else
+		nulls[4] = 'n';
+	pgjq_spi_run(&plan_finish, values, nulls, 0);
+	if (SPI_processed == 0)
+		return '\0';
+	return DatumGetChar(pgjq_spi_get(0, 1, &isnull));
+}
+
+/* Finish (id, token) as cancelled if its cancellation was requested. */
+bool
+pgjq_storage_finish_if_cancelled(int64 id, int64 token, TimestampTz now)
+{
+	Datum		values[3] = {Int64GetDatum(id), Int64GetDatum(token), TimestampTzGetDatum(now)};
+
+	pgjq_history_ensure(now);
+	pgjq_spi_run(&plan_finish_if_cancelled, values, NULL, 0);
+	return SPI_processed > 0;
+}
+
+/*
+ * Extend the lease of (id, token) to now + extend (the queue's lease when
+ * extend_us < 0).  *found is false when stale or cancellation was requested.
+ */
+TimestampTz
+pgjq_storage_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now, bool *found)
+{
+	Datum		values[4];
+	char		nulls[5] = "    ";
+	bool		isnull;
+
+	values[0] = Int64GetDatum(id);
+	values[1] = Int64GetDatum(token);
+	values[2] = TimestampTzGetDatum(now);
+	if (extend_us >= 0)
+		values[3] = pgjq_interval_datum(extend_us);
+	else
+		nulls[3] = 'n';
+	pgjq_spi_run(&plan_heartbeat, values, nulls, 0);
+	*found = SPI_processed > 0;
+	if (!*found)
+		return 0;
+	return DatumGetTimestampTz(pgjq_spi_get(0, 1, &isnull));
+}
+
+PgjqCancelResult
+pgjq_storage_cancel(int64 id, TimestampTz now)
+{
+	Datum		values[2] = {Int64GetDatum(id), TimestampTzGetDatum(now)};
+
+	pgjq_history_ensure(now);
+	pgjq_spi_run(&plan_cancel_waiting, values, NULL, 0);
+	if (SPI_processed > 0)
+		return PGJQ_CANCEL_DONE;
+	pgjq_spi_run(&plan_cancel_running, values, NULL, 0);
+	if (SPI_processed > 0)
+		return PGJQ_CANCEL_REQUESTED;
+	return PGJQ_CANCEL_NOT_FOUND;
+}
+
+/*
+ * Make dead jobs of a queue (all, or those in ids) ready again with their
+ * attempts reset.  A dead job whose dedup_key is held by an unfinished job
+ * stays dead.
+ */
+int64
+pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz now)
+{
+	Datum		values[3];
+	char		nulls[4] = "   ";
+
+	values[0] = Int32GetDatum(queue_id);
+	if (ids)
+		values[1] = PointerGetDatum(ids);
+	else
+		nulls[1] = 'n';
+	values[2] = TimestampTzGetDatum(now);
+	pgjq_spi_run(&plan_retry_dead, values, nulls, 0);
+	return (int64) SPI_processed;
+}

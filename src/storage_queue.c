@@ -1,0 +1,190 @@
+/*-------------------------------------------------------------------------
+ *
+ * storage_queue.c
+ *	  Queue rows: lookup, create, alter, pause, drop, purge.
+ *
+ * Locking: enqueue and retry_dead take a shared lock on the queue's name
+ * (pgjq_storage_queue_lock) before looking the queue up; drop_queue takes it
+ * exclusively.  So a drop waits for producers in flight, and a producer that
+ * waited finds the queue gone instead of inserting orphan jobs.  The lock is
+ * a heavyweight advisory-style lock held until the transaction ends: no row
+ * lock, no WAL, no contention between producers.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "storage_internal.h"
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "utils/builtins.h"
+
+/* field4 of the lock tag, apart from user advisory locks (which use 1 and 2) */
+#define PGJQ_LOCKTAG_QUEUE	0x706A
+
+static PgjqPlan plan_get = {
+	"SELECT queue_id, lease, max_attempts, backoff_base, backoff_max, retention, paused"
+	"  FROM pgjq.queue WHERE name = $1",
+	1, {TEXTOID}
+};
+
+static PgjqPlan plan_insert = {
+	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention)"
+	" VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING RETURNING queue_id",
+	6, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID}
+};
+
+static PgjqPlan plan_update = {
+	"UPDATE pgjq.queue SET lease = COALESCE($2, lease),"
+	"       max_attempts = COALESCE($3, max_attempts),"
+	"       backoff_base = COALESCE($4, backoff_base),"
+	"       backoff_max = COALESCE($5, backoff_max),"
+	"       retention = COALESCE($6, retention)"
+	" WHERE queue_id = $1",
+	6, {INT4OID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID}
+};
+
+static PgjqPlan plan_set_paused = {
+	"UPDATE pgjq.queue SET paused = $2 WHERE queue_id = $1",
+	2, {INT4OID, BOOLOID}
+};
+
+static PgjqPlan plan_running = {
+	"SELECT count(*) FROM pgjq.job WHERE queue_id = $1 AND state = 'a'",
+	1, {INT4OID}
+};
+
+static PgjqPlan plan_delete_jobs = {
+	"DELETE FROM pgjq.job WHERE queue_id = $1",
+	1, {INT4OID}
+};
+
+static PgjqPlan plan_delete = {
+	"DELETE FROM pgjq.queue WHERE queue_id = $1",
+	1, {INT4OID}
+};
+
+static PgjqPlan plan_purge = {
+	"DELETE FROM pgjq.job WHERE queue_id = $1 AND state IN ('s', 'r')",
+	1, {INT4OID}
+};
+
+void
+pgjq_storage_queue_lock(const char *name, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+	uint32		h = hash_bytes((const unsigned char *) name, strlen(name));
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, h, 0, PGJQ_LOCKTAG_QUEUE);
+	(void) LockAcquire(&tag, mode, false, false);
+}
+
+static int64
+interval_col(int col)
+{
+	bool		isnull;
+
+	return pgjq_interval_usec(DatumGetIntervalP(pgjq_spi_get(0, col, &isnull)));
+}
+
+bool
+pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
+{
+	Datum		values[1];
+	bool		isnull;
+
+	values[0] = CStringGetTextDatum(name);
+	pgjq_spi_run(&plan_get, values, NULL, 1);
+	if (SPI_processed == 0)
+		return false;
+	queue->queue_id = DatumGetInt32(pgjq_spi_get(0, 1, &isnull));
+	queue->lease_us = interval_col(2);
+	queue->max_attempts = DatumGetInt32(pgjq_spi_get(0, 3, &isnull));
+	queue->backoff_base_us = interval_col(4);
+	queue->backoff_max_us = interval_col(5);
+	queue->retention_us = interval_col(6);
+	queue->paused = DatumGetBool(pgjq_spi_get(0, 7, &isnull));
+	return true;
+}
+
+/* Fill values/nulls $2..$6 from settings (negative = NULL). */
+static void
+settings_params(const PgjqQueueSettings *s, Datum *values, char *nulls)
+{
+	int64		iv[] = {s->lease_us, -1, s->backoff_base_us, s->backoff_max_us, s->retention_us};
+
+	for (int i = 0; i < 5; i++)
+	{
+		if (i == 1)
+		{
+			values[2] = Int32GetDatum(s->max_attempts);
+			nulls[2] = s->max_attempts < 0 ? 'n' : ' ';
+			continue;
+		}
+		values[i + 1] = iv[i] < 0 ? (Datum) 0 : pgjq_interval_datum(iv[i]);
+		nulls[i + 1] = iv[i] < 0 ? 'n' : ' ';
+	}
+}
+
+bool
+pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s)
+{
+	Datum		values[6];
+	char		nulls[7] = "      ";
+
+	values[0] = CStringGetTextDatum(name);
+	settings_params(s, values, nulls);
+	pgjq_spi_run(&plan_insert, values, nulls, 0);
+	return SPI_processed == 1;
+}
+
+void
+pgjq_storage_queue_update(int32 queue_id, const PgjqQueueSettings *s)
+{
+	Datum		values[6];
+	char		nulls[7] = "      ";
+
+	values[0] = Int32GetDatum(queue_id);
+	settings_params(s, values, nulls);
+	pgjq_spi_run(&plan_update, values, nulls, 0);
+}
+
+void
+pgjq_storage_queue_set_paused(int32 queue_id, bool paused)
+{
+	Datum		values[2] = {Int32GetDatum(queue_id), BoolGetDatum(paused)};
+
+	pgjq_spi_run(&plan_set_paused, values, NULL, 0);
+}
+
+int64
+pgjq_storage_queue_running(int32 queue_id)
+{
+	Datum		values[1] = {Int32GetDatum(queue_id)};
+
+	pgjq_spi_run(&plan_running, values, NULL, 1);
+	return pgjq_spi_get_int64(0, 1);
+}
+
+/*
+ * Remove a queue and its unfinished jobs.  Its history stays until pruned: a
+ * dropped queue's history counts as retention zero.
+ */
+void
+pgjq_storage_queue_delete(int32 queue_id)
+{
+	Datum		values[1] = {Int32GetDatum(queue_id)};
+
+	pgjq_spi_run(&plan_delete_jobs, values, NULL, 0);
+	pgjq_spi_run(&plan_delete, values, NULL, 0);
+}
+
+int64
+pgjq_storage_queue_purge(int32 queue_id)
+{
+	Datum		values[1] = {Int32GetDatum(queue_id)};
+
+	pgjq_spi_run(&plan_purge, values, NULL, 0);
+	return (int64) SPI_processed;
+}
