@@ -229,11 +229,9 @@ pgjq_array_length(ArrayType *arr)
 void
 pgjq_srf_materialize(FunctionCallInfo fcinfo)
 {
-#if PG_VERSION_NUM >= 150000
-	InitMaterializedSRF(fcinfo, 0);
-#else
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	TupleDesc	tupdesc;
+	Oid			rettype;
 	MemoryContext old;
 
 	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
@@ -242,13 +240,22 @@ pgjq_srf_materialize(FunctionCallInfo fcinfo)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("set-valued function called in context that cannot accept a set")));
 	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		tupdesc = CreateTemplateTupleDesc(1);
+	switch (get_call_result_type(fcinfo, &rettype, &tupdesc))
+	{
+		case TYPEFUNC_COMPOSITE:
+			tupdesc = CreateTupleDescCopy(tupdesc);
+			break;
+		case TYPEFUNC_SCALAR:
+			tupdesc = CreateTemplateTupleDesc(1);
+			TupleDescInitEntry(tupdesc, (AttrNumber) 1, "value", rettype, -1, 0);
+			break;
+		default:
+			elog(ERROR, "pgjq: unexpected return type of a set-returning function");
+	}
 	rsinfo->returnMode = SFRM_Materialize;
 	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
-	rsinfo->setDesc = CreateTupleDescCopy(tupdesc);
+	rsinfo->setDesc = tupdesc;
 	MemoryContextSwitchTo(old);
-#endif
 }
 
 /*

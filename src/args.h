@@ -23,7 +23,6 @@ extern void pgjq_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *ar
 extern char *pgjq_arg_queue_name(FunctionCallInfo fcinfo, int argno);
 extern int64 pgjq_arg_interval(FunctionCallInfo fcinfo, int argno, const char *argname,
 							   int64 min_us, bool min_inclusive, int64 max_us, int64 default_us);
-extern int64 pgjq_interval_usec(const Interval *iv);
 extern char *pgjq_arg_text(FunctionCallInfo fcinfo, int argno, const char *argname, int maxlen);
 extern void pgjq_check_key(text *key, const char *argname, int maxlen);
 extern void pgjq_check_payload(Datum payload, const char *argname);

@@ -14,6 +14,7 @@
 #include "args.h"
 #include "storage.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"

@@ -13,6 +13,7 @@
 #include "storage.h"
 
 #include "access/htup_details.h"
+#include "miscadmin.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(pgjq_promote);

@@ -37,6 +37,9 @@ extern void pgjq_bgworker_init(void);
 extern PGDLLEXPORT void pgjq_launcher_main(Datum main_arg);
 extern PGDLLEXPORT void pgjq_worker_main(Datum main_arg);
 
+/* args.c: an interval in microseconds (30-day months), clamped */
+extern int64 pgjq_interval_usec(const Interval *iv);
+
 /* maintenance.c: one step of each kind, used by the SQL functions and the worker */
 extern int64 pgjq_maintenance_promote(void);
 extern int64 pgjq_maintenance_rescue(void);

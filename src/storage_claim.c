@@ -27,6 +27,7 @@
  */
 #include "storage_internal.h"
 
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 

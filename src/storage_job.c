@@ -16,8 +16,10 @@
 #include "storage_internal.h"
 
 #include "commands/sequence.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 
 #define HISTORY_COLUMNS \
 	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key," \

@@ -11,6 +11,8 @@
  */
 #include "storage_internal.h"
 
+#include "miscadmin.h"
+
 #define PROMOTE_CHUNK 10000
 
 static PgjqPlan plan_promote = {
