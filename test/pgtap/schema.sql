@@ -1,0 +1,211 @@
+-- The schema objects of the public API: functions with their argument
+-- names, types and results, tables, sequences, the view and the types.
+-- Every function is SECURITY DEFINER with search_path pinned to
+-- pg_catalog, pg_temp.  Run by test/run with pg_prove; the database already
+-- has the pgtap and pgjq extensions.
+
+\set ON_ERROR_STOP 1
+\set QUIET 1
+\pset format unaligned
+\pset tuples_only true
+\pset pager off
+
+BEGIN;
+SELECT plan(45);
+
+SELECT has_extension('pgjq', 'pgjq', 'extension pgjq lives in schema pgjq');
+SELECT has_schema('pgjq');
+SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'pgjq'), false,
+	'pgjq is not relocatable');
+
+-- ---------------------------------------------------------------- functions
+
+-- The whole public API (functions not starting with "_"): each signature
+-- with argument names, modes and types, and its result.  Internal helpers
+-- (pgjq._name) may come and go; they are covered by the privilege tests.
+SELECT set_eq(
+	$$SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') -> '
+			 || pg_get_function_result(p.oid)
+		FROM pg_proc p
+	   WHERE p.pronamespace = 'pgjq'::regnamespace AND p.proname !~ '^_'$$,
+	$$VALUES
+		('create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_max interval, retention interval) -> void'),
+		('alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_max interval, retention interval) -> void'),
+		('drop_queue(queue text, force boolean) -> void'),
+		('pause(queue text) -> void'),
+		('resume(queue text) -> void'),
+		('purge(queue text) -> bigint'),
+		('list_queues(OUT queue text, OUT lease interval, OUT max_attempts integer, OUT backoff_base interval, OUT backoff_max interval, OUT retention interval, OUT paused boolean, OUT created_at timestamp with time zone) -> SETOF record'),
+		('enqueue(queue text, payload jsonb, delay interval, run_at timestamp with time zone, priority smallint, fair_key text, dedup_key text, max_attempts integer) -> bigint'),
+		('enqueue_many(queue text, payloads jsonb[], delay interval, run_at timestamp with time zone, priority smallint, fair_keys text[], dedup_keys text[]) -> SETOF bigint'),
+		('claim(queue text, batch integer, lease interval, worker text) -> SETOF pgjq.claimed'),
+		('complete(id bigint, token bigint) -> boolean'),
+		('complete(ids bigint[], tokens bigint[]) -> bigint'),
+		('fail(id bigint, token bigint, error text, retry_in interval) -> text'),
+		('heartbeat(id bigint, token bigint, extend interval) -> timestamp with time zone'),
+		('snooze(id bigint, token bigint, delay interval) -> boolean'),
+		('cancel(id bigint) -> boolean'),
+		('retry_dead(queue text, ids bigint[]) -> bigint'),
+		('promote() -> bigint'),
+		('rescue() -> bigint'),
+		('prune() -> bigint'),
+		('maintain(OUT promoted bigint, OUT rescued bigint, OUT pruned bigint) -> record'),
+		('job(id bigint) -> SETOF pgjq.job_info')$$,
+	'the public functions have the documented names, argument names, types and results');
+
+-- Named arguments are part of the contract: one call per function with every
+-- argument named must resolve (only resolution is checked, nothing runs).
+SELECT lives_ok($$PREPARE named_args AS
+	SELECT pgjq.create_queue(queue => 'x', lease => '1 s', max_attempts => 1, backoff_base => '1 s', backoff_max => '1 s', retention => '1 s'),
+		   pgjq.alter_queue(queue => 'x', lease => '1 s', max_attempts => 1, backoff_base => '1 s', backoff_max => '1 s', retention => '1 s'),
+		   pgjq.drop_queue(queue => 'x', force => true),
+		   pgjq.pause(queue => 'x'), pgjq.resume(queue => 'x'), pgjq.purge(queue => 'x'),
+		   pgjq.enqueue(queue => 'x', payload => '{}', delay => '1 s', run_at => now(), priority => 1::smallint,
+						fair_key => 'f', dedup_key => 'd', max_attempts => 1),
+		   pgjq.enqueue_many(queue => 'x', payloads => ARRAY['{}'::jsonb], delay => '1 s', run_at => now(),
+							 priority => 1::smallint, fair_keys => ARRAY['f'], dedup_keys => ARRAY['d']),
+		   pgjq.claim(queue => 'x', batch => 1, lease => '1 s', worker => 'w'),
+		   pgjq.complete(id => 1, token => 1), pgjq.complete(ids => ARRAY[1::bigint], tokens => ARRAY[1::bigint]),
+		   pgjq.fail(id => 1, token => 1, error => 'e', retry_in => '1 s'),
+		   pgjq.heartbeat(id => 1, token => 1, extend => '1 s'),
+		   pgjq.snooze(id => 1, token => 1, delay => '1 s'),
+		   pgjq.cancel(id => 1), pgjq.retry_dead(queue => 'x', ids => ARRAY[1::bigint]),
+		   pgjq.promote(), pgjq.rescue(), pgjq.prune(), pgjq.maintain(), pgjq.job(id => 1),
+		   (SELECT count(*) FROM pgjq.list_queues())$$,
+	'every function can be called with named arguments');
+DEALLOCATE named_args;
+
+-- Optional arguments may be left out.
+SELECT lives_ok($$PREPARE short_args AS
+	SELECT pgjq.create_queue('x'), pgjq.alter_queue('x'), pgjq.drop_queue('x'),
+		   pgjq.enqueue('x'), pgjq.enqueue_many('x', ARRAY['{}'::jsonb]), pgjq.claim('x'),
+		   pgjq.fail(1, 1), pgjq.heartbeat(1, 1), pgjq.retry_dead('x')$$,
+	'optional arguments can be left out');
+DEALLOCATE short_args;
+
+-- Every function in the schema, helpers included.
+SELECT is_empty(
+	$$SELECT p.oid::regprocedure::text FROM pg_proc p
+	   WHERE p.pronamespace = 'pgjq'::regnamespace AND NOT p.prosecdef$$,
+	'every pgjq function is SECURITY DEFINER');
+SELECT is_empty(
+	$$SELECT p.oid::regprocedure::text FROM pg_proc p
+	   WHERE p.pronamespace = 'pgjq'::regnamespace
+		 AND (p.proconfig IS NULL
+			  OR NOT 'search_path=pg_catalog, pg_temp' = ANY (p.proconfig))$$,
+	'every pgjq function pins search_path to pg_catalog, pg_temp');
+SELECT is_empty(
+	$$SELECT p.oid::regprocedure::text FROM pg_proc p
+	   WHERE p.pronamespace = 'pgjq'::regnamespace AND p.prokind <> 'f'$$,
+	'pgjq has no procedures or aggregates');
+SELECT is_empty(
+	$$SELECT p.oid::regprocedure::text FROM pg_proc p
+	   WHERE p.pronamespace = 'pgjq'::regnamespace AND p.proname !~ '^_'
+		 AND obj_description(p.oid, 'pg_proc') IS NULL$$,
+	'every public function has a comment');
+
+-- A few spot checks through pgTAP's own functions.
+SELECT function_returns('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text'], 'setof pgjq.claimed');
+SELECT function_returns('pgjq', 'enqueue',
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'smallint', 'text', 'text', 'integer'], 'bigint');
+SELECT function_returns('pgjq', 'complete', ARRAY['bigint', 'bigint'], 'boolean');
+SELECT function_returns('pgjq', 'complete', ARRAY['bigint[]', 'bigint[]'], 'bigint');
+SELECT function_returns('pgjq', 'fail', ARRAY['bigint', 'bigint', 'text', 'interval'], 'text');
+SELECT function_returns('pgjq', 'heartbeat', ARRAY['bigint', 'bigint', 'interval'], 'timestamp with time zone');
+SELECT is_definer('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text']);
+SELECT is_definer('pgjq', 'enqueue',
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'smallint', 'text', 'text', 'integer']);
+SELECT volatility_is('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text'], 'volatile');
+SELECT volatility_is('pgjq', 'enqueue',
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'smallint', 'text', 'text', 'integer'], 'volatile');
+
+-- ------------------------------------------------------------------- tables
+
+SELECT has_table('pgjq', 'queue', 'table pgjq.queue exists');
+SELECT has_table('pgjq', 'job', 'table pgjq.job exists');
+SELECT has_table('pgjq', 'job_history', 'table pgjq.job_history exists');
+SELECT is((SELECT relkind::text FROM pg_class WHERE oid = 'pgjq.job_history'::regclass), 'p',
+	'pgjq.job_history is partitioned');
+SELECT has_sequence('pgjq', 'job_id_seq', 'sequence pgjq.job_id_seq exists');
+SELECT has_sequence('pgjq', 'token_seq', 'sequence pgjq.token_seq exists');
+
+-- Tables, sequences and the history partitions belong to the extension, so
+-- pg_dump and DROP EXTENSION treat them as such.
+SELECT is_empty(
+	$$SELECT c.oid::regclass::text FROM pg_class c
+	   WHERE c.relnamespace = 'pgjq'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'S')
+		 AND NOT c.relispartition
+		 AND NOT EXISTS (SELECT 1 FROM pg_depend d
+						  WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+							AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e')$$,
+	'every table, view and sequence in pgjq is a member of the extension');
+SELECT set_has(
+	$$SELECT unnest(extconfig)::regclass::text FROM pg_extension WHERE extname = 'pgjq'$$,
+	$$VALUES ('pgjq.queue'), ('pgjq.job'), ('pgjq.job_history'), ('pgjq.job_id_seq'), ('pgjq.token_seq')$$,
+	'the queue, job and history tables and the sequences are dumped by pg_dump');
+
+-- --------------------------------------------------------------------- view
+
+SELECT has_view('pgjq', 'queue_stats', 'view pgjq.queue_stats exists');
+SELECT set_has(
+	$$SELECT column_name::text FROM information_schema.columns
+	   WHERE table_schema = 'pgjq' AND table_name = 'queue_stats'$$,
+	$$VALUES ('queue'), ('paused'), ('ready'), ('scheduled'), ('running'), ('dead'), ('completed'),
+			 ('cancelled'), ('oldest_ready_age'), ('next_run_at')$$,
+	'queue_stats has the documented columns');
+SELECT col_type_is('pgjq', 'queue_stats', 'queue', 'text', 'queue_stats.queue is text');
+SELECT col_type_is('pgjq', 'queue_stats', 'ready', 'bigint', 'queue_stats.ready is bigint');
+SELECT col_type_is('pgjq', 'queue_stats', 'oldest_ready_age', 'interval', 'queue_stats.oldest_ready_age is an interval');
+SELECT ok((SELECT 'security_barrier=true' = ANY (reloptions) FROM pg_class
+			WHERE oid = 'pgjq.queue_stats'::regclass),
+	'queue_stats is a security_barrier view');
+
+-- -------------------------------------------------------------------- types
+
+SELECT has_composite('pgjq', 'claimed', 'type pgjq.claimed exists');
+SELECT results_eq(
+	$$SELECT a.attname::text COLLATE "default", format_type(a.atttypid, a.atttypmod)
+		FROM pg_attribute a
+	   WHERE a.attrelid = 'pgjq.claimed'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+	   ORDER BY a.attnum$$,
+	$$VALUES ('id', 'bigint'), ('token', 'bigint'), ('attempt', 'integer'), ('payload', 'jsonb'),
+			 ('fair_key', 'text'), ('priority', 'smallint'), ('enqueued_at', 'timestamp with time zone'),
+			 ('lease_until', 'timestamp with time zone')$$,
+	'pgjq.claimed has the documented columns, in order');
+SELECT has_composite('pgjq', 'job_info', 'type pgjq.job_info exists');
+SELECT results_eq(
+	$$SELECT a.attname::text COLLATE "default", format_type(a.atttypid, a.atttypmod)
+		FROM pg_attribute a
+	   WHERE a.attrelid = 'pgjq.job_info'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+	   ORDER BY a.attnum$$,
+	$$VALUES ('id', 'bigint'), ('queue', 'text'), ('state', 'text'), ('attempt', 'integer'),
+			 ('max_attempts', 'integer'), ('priority', 'smallint'), ('fair_key', 'text'),
+			 ('dedup_key', 'text'), ('payload', 'jsonb'), ('enqueued_at', 'timestamp with time zone'),
+			 ('run_at', 'timestamp with time zone'), ('lease_until', 'timestamp with time zone'),
+			 ('finished_at', 'timestamp with time zone'), ('worker', 'text'), ('last_error', 'text'),
+			 ('cancel_requested', 'boolean')$$,
+	'pgjq.job_info has the documented columns, in order');
+
+-- -------------------------------------------------------------------- roles
+
+SELECT has_role('pgjq_producer');
+SELECT has_role('pgjq_worker');
+SELECT has_role('pgjq_admin');
+SELECT is_empty(
+	$$SELECT rolname::text FROM pg_roles
+	   WHERE rolname IN ('pgjq_producer', 'pgjq_worker', 'pgjq_admin')
+		 AND (rolcanlogin OR rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls OR rolreplication)$$,
+	'the pgjq roles are NOLOGIN and carry no special attributes');
+SELECT is_empty(
+	$$SELECT r.rolname::text || ' in ' || g.rolname::text
+		FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member JOIN pg_roles g ON g.oid = m.roleid
+	   WHERE r.rolname IN ('pgjq_producer', 'pgjq_worker', 'pgjq_admin')$$,
+	'the pgjq roles are members of no other role');
+
+-- --------------------------------------------------------------------- misc
+
+SELECT ok(current_setting('shared_preload_libraries') ~ 'pgjq', 'pgjq is preloaded in the test cluster');
+SELECT is(current_setting('pgjq.database_names'), '', 'the background worker serves no database here');
+
+SELECT * FROM finish();
+ROLLBACK;
