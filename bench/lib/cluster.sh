@@ -1,0 +1,80 @@
+# bench/lib/cluster.sh: a throwaway PostgreSQL 15 cluster for bench/run and
+# bench/demo.  Sourced, not run.
+#
+# PostgreSQL refuses to run as root, so the server runs as the "postgres" OS
+# user with its data directory and Unix socket under a fresh /tmp directory,
+# listening on loopback only.  Clients (psql, pgbench) may run as root: they
+# connect through the socket as database superuser "postgres" (trust auth,
+# which is fine for a cluster that lives in a private directory for minutes).
+#
+# The caller sets PGPORT and then calls cluster_init, cluster_conf,
+# cluster_start; cluster_stop removes everything and is safe to call twice
+# (call it from an EXIT trap).
+
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGHOST_DIR=""			# set by cluster_init: the private directory
+PGDATA_DIR=""
+
+# as_postgres CMD...: run CMD as the postgres OS user (we are usually root)
+as_postgres()
+{
+	if [ "$(id -u)" = 0 ]; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+# cluster_init PREFIX: initdb into a new /tmp/PREFIX.XXXXXX directory
+cluster_init()
+{
+	PGHOST_DIR=$(mktemp -d "/tmp/$1.XXXXXX")
+	chmod 755 "$PGHOST_DIR"
+	[ "$(id -u)" = 0 ] && chown postgres: "$PGHOST_DIR"
+	PGDATA_DIR=$PGHOST_DIR/data
+	as_postgres "$PGBIN/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust \
+		--encoding=UTF8 --locale=C.UTF-8 >"$PGHOST_DIR/initdb.log" 2>&1 ||
+		{ cat "$PGHOST_DIR/initdb.log" >&2; return 1; }
+	export PGHOST=$PGHOST_DIR PGPORT PGUSER=postgres
+	unset PGDATABASE PGPASSWORD PGSERVICE PGOPTIONS
+}
+
+# cluster_conf LINE...: append settings to postgresql.conf
+cluster_conf()
+{
+	printf '%s\n' "$@" | as_postgres tee -a "$PGDATA_DIR/postgresql.conf" >/dev/null
+}
+
+cluster_start()
+{
+	as_postgres "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$PGHOST_DIR/server.log" \
+		-o "-c listen_addresses=127.0.0.1 -c port=$PGPORT -c unix_socket_directories=$PGHOST_DIR" \
+		-w -t 60 start >/dev/null ||
+		{ tail -n 30 "$PGHOST_DIR/server.log" >&2; return 1; }
+}
+
+# cluster_stop: stop the server (fast, then immediate) and remove its files
+cluster_stop()
+{
+	[ -n "$PGDATA_DIR" ] || return 0
+	if [ -f "$PGDATA_DIR/postmaster.pid" ]; then
+		as_postgres "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w -t 30 stop >/dev/null 2>&1 ||
+			as_postgres "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1
+	fi
+	rm -rf "$PGHOST_DIR"
+	PGDATA_DIR=""
+}
+
+# q DB SQL: run one SQL string, unaligned tuples only, stop on error
+q()
+{
+	psql -X -q -v ON_ERROR_STOP=1 -At -d "$1" -c "$2"
+}
+
+# qf DB FILE [psql options]: run a SQL file, stop on error
+qf()
+{
+	local db=$1 file=$2
+	shift 2
+	psql -X -q -v ON_ERROR_STOP=1 -At -d "$db" -f "$file" "$@"
+}

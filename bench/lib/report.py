@@ -1,0 +1,448 @@
+#!/usr/bin/python3
+"""bench/lib/report.py: turn bench/run's raw measurements into results.
+
+    report.py line REPDIR
+        one summary line for one measured window (printed while running)
+    report.py report RUNDIR --out PREFIX [--docs FILE]
+        PREFIX.json (median, min and max of every metric, and each window),
+        PREFIX.md (the tables) and PREFIX.png (chart, when gnuplot exists);
+        with --docs, the tables and chart link replace the marked section of
+        FILE (docs/benchmarks.md)
+
+Each window's directory holds "kv" (key=value lines written by bench/run:
+counters before and after, the per-job denominator "jobs", how to get the
+window's duration and latency) and pgbench's per-transaction logs.
+Standard library only.
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ORDER = ["E1", "E2", "E3", "D1B1", "D1B10", "D2", "H1", "L1", "F1", "M1"]
+SYSTEMS = ["pgjq", "baseline"]
+
+TITLE = {
+    "E1": "enqueue 10,000 jobs in one call",
+    "E2": "1,000 enqueues, one transaction each, 1 client",
+    "E3": "4 producers, enqueue_many(100), timed",
+    "D1B1": "drain pre-seeded jobs, 20 clients, claim(1) then complete",
+    "D1B10": "drain pre-seeded jobs, 20 clients, claim(10) then complete",
+    "D2": "sustained claim(10) + complete over a backlog, 8 clients",
+    "H1": "D2 while a REPEATABLE READ xid pins the horizon",
+    "L1": "pickup latency at ~200 jobs/s offered",
+    "F1": "deferred frontier: delayed jobs falling due, 4 workers",
+    "M1": "mixed: producers at 500 jobs/s, 4 workers, 5% fail and retry",
+}
+
+# metrics kept per window; "better" says which direction wins
+METRICS = [
+    ("jobs_s", "jobs/s"),
+    ("p50_ms", "p50 ms"),
+    ("p99_ms", "p99 ms"),
+    ("wal_per_job", "WAL bytes/job"),
+    ("commits_per_job", "commits/job"),
+    ("dead_per_job", "dead tuples created/job"),
+    ("hot_per_job", "HOT updates/job"),
+    ("ins_per_job", "tuples inserted/job"),
+    ("dead_end", "n_dead_tup at end"),
+    ("growth_mb", "table+index growth MB"),
+    ("jobs", "jobs in window"),
+    ("secs", "window s"),
+]
+
+
+def read_kv(path):
+    kv = {"note": []}
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if "=" not in line:
+                continue
+            k, v = line.split("=", 1)
+            if k == "note":
+                kv["note"].append(v)
+            else:
+                kv[k] = v
+    return kv
+
+
+def lsn(text):
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) + int(lo, 16)
+
+
+def percentile(values, p):
+    """linear interpolation between closest ranks, as percentile_cont"""
+    if not values:
+        return None
+    v = sorted(values)
+    pos = (len(v) - 1) * p
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def pgbench_log(repdir, prefix):
+    """(starts, ends, latencies in s) of every logged transaction"""
+    starts, ends, lats = [], [], []
+    for path in glob.glob(os.path.join(repdir, prefix + ".*")):
+        if not re.search(r"\.\d+(\.\d+)?$", path):
+            continue
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 6 or not parts[2].isdigit():
+                    continue  # "skipped" (-L) or a malformed line
+                lat = int(parts[2]) / 1e6
+                end = int(parts[4]) + int(parts[5]) / 1e6
+                starts.append(end - lat)
+                ends.append(end)
+                lats.append(lat)
+    return starts, ends, lats
+
+
+def measure(repdir):
+    """the metrics of one window, or {"error": ...}"""
+    kv = read_kv(os.path.join(repdir, "kv"))
+    out = {"scenario": kv.get("scenario"), "system": kv.get("system"),
+           "rep": int(kv.get("rep", 0)), "notes": kv["note"],
+           "lat_what": kv.get("lat_what", "")}
+    if "error" in kv:
+        out["error"] = kv["error"].strip() or "failed"
+        return out
+    try:
+        jobs = int(kv["jobs"])
+        window = kv.get("window", "main")
+        if window == "first_due":
+            secs = float(kv["sample_last"]) - float(kv["t_first_due"])
+        else:
+            starts, ends, _ = pgbench_log(repdir, window)
+            secs = max(ends) - min(starts)
+        if kv.get("lat") == "pgbench":
+            _, _, lats = pgbench_log(repdir, "main")
+            p50, p99 = percentile(lats, 0.5), percentile(lats, 0.99)
+        else:
+            p50 = float(kv["lat_p50"]) if kv.get("lat_p50") else None
+            p99 = float(kv["lat_p99"]) if kv.get("lat_p99") else None
+        d = {k: int(kv[k + "_after"]) - int(kv[k + "_before"])
+             for k in ("ins", "upd", "hot", "del", "commits")}
+        wal = lsn(kv["lsn_after"]) - lsn(kv["lsn_before"])
+        per = (lambda x: x / jobs) if jobs > 0 else (lambda x: None)
+        out.update({
+            "jobs": jobs,
+            "secs": secs,
+            "jobs_s": jobs / secs if secs > 0 else None,
+            "p50_ms": p50 * 1000 if p50 is not None else None,
+            "p99_ms": p99 * 1000 if p99 is not None else None,
+            "wal_bytes": wal,
+            "commits": d["commits"],
+            "wal_per_job": per(wal),
+            "commits_per_job": per(d["commits"]),
+            "dead_per_job": per(d["upd"] + d["del"]),
+            "hot_per_job": per(d["hot"]),
+            "ins_per_job": per(d["ins"]),
+            "tuples": d,
+            "dead_end": int(kv["dead_after"]),
+            "growth_mb": (int(kv["size_after"]) - int(kv["size_before"])) / 1048576,
+            "settle_ms": int(kv.get("settle_ms", 0)),
+        })
+    except (KeyError, ValueError, ZeroDivisionError) as e:
+        out["error"] = "incomplete measurement (%s: %s)" % (type(e).__name__, e)
+    return out
+
+
+# ----------------------------------------------------------------- format
+
+def fmt_num(x, kind):
+    if x is None:
+        return "–"
+    if kind == "jobs_s":
+        return "{:,.0f}".format(x) if x >= 100 else "{:,.1f}".format(x)
+    if kind == "ms":
+        return "{:.2f}".format(x) if x < 10 else "{:,.0f}".format(x)
+    if kind == "bytes":
+        return "{:,.0f}".format(x)
+    if kind == "ratio":
+        return "{:.2f}".format(x)
+    return "{:.2f}".format(x) if abs(x) < 100 else "{:,.0f}".format(x)
+
+
+def ratio(a, b):
+    if a is None or b is None:
+        return None
+    if b == 0:
+        return None if a != 0 else 1.0
+    return a / b
+
+
+def fmt_ratio(r):
+    return "–" if r is None else "{:.2f}×".format(r)
+
+
+def line(repdir):
+    m = measure(repdir)
+    if "error" in m:
+        return "FAILED: " + m["error"]
+    lat = "%s/%s ms" % (fmt_num(m["p50_ms"], "ms"), fmt_num(m["p99_ms"], "ms"))
+    s = "%8s jobs/s  p50/p99 %-15s WAL %6s B/job  commits %5s/job  dead %5s/job" % (
+        fmt_num(m["jobs_s"], "jobs_s"), lat, fmt_num(m["wal_per_job"], "bytes"),
+        fmt_num(m["commits_per_job"], ""), fmt_num(m["dead_per_job"], ""))
+    if m["notes"]:
+        s += "  (" + "; ".join(m["notes"]) + ")"
+    return s
+
+
+def aggregate(runs):
+    """{(scenario, system): {"metrics": {k: {median,min,max}}, ...}}"""
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["scenario"], r["system"]), []).append(r)
+    agg = {}
+    for key, rs in groups.items():
+        ok = [r for r in rs if "error" not in r]
+        metrics = {}
+        for k, _ in METRICS:
+            vals = [r[k] for r in ok if r.get(k) is not None]
+            if vals:
+                metrics[k] = {"median": statistics.median(vals), "min": min(vals),
+                              "max": max(vals)}
+        notes = []
+        for r in rs:
+            for n in r["notes"]:
+                if n not in notes and not n.startswith("horizon pinned by xid"):
+                    notes.append(n)
+        agg[key] = {
+            "scenario": key[0], "system": key[1], "reps": len(rs), "ok": len(ok),
+            "errors": [r["error"] for r in rs if "error" in r],
+            "lat_what": next((r["lat_what"] for r in rs if r["lat_what"]), ""),
+            "notes": notes, "metrics": metrics,
+        }
+    return agg
+
+
+def med(agg, scn, sys_, k):
+    a = agg.get((scn, sys_))
+    if not a or k not in a["metrics"]:
+        return None
+    return a["metrics"][k]["median"]
+
+
+def tables(agg, meta):
+    scns = [s for s in ORDER if any((s, y) in agg for y in SYSTEMS)]
+    systems = [y for y in SYSTEMS if any((s, y) in agg for s in scns)]
+    both = len(systems) == 2
+    out = []
+    out.append("| scenario | system | jobs/s | p50 / p99 ms | WAL B/job | commits/job "
+               "| dead tuples/job | pgjq/baseline: jobs/s · WAL · commits · dead |")
+    out.append("|---|---|--:|--:|--:|--:|--:|--:|")
+    for s in scns:
+        for y in systems:
+            a = agg.get((s, y))
+            if a is None:
+                continue
+            if not a["metrics"]:
+                out.append("| %s | %s | failed: %s | | | | | |" % (
+                    s, y, (a["errors"] or ["?"])[0].replace("|", "/")[:120]))
+                continue
+            g = lambda k: med(agg, s, y, k)
+            cell = ""
+            if both and y == "pgjq":
+                cell = " · ".join(fmt_ratio(ratio(g(k), med(agg, s, "baseline", k)))
+                                  for k in ("jobs_s", "wal_per_job", "commits_per_job",
+                                            "dead_per_job"))
+            out.append("| %s | %s | %s | %s / %s | %s | %s | %s | %s |" % (
+                s, y, fmt_num(g("jobs_s"), "jobs_s"), fmt_num(g("p50_ms"), "ms"),
+                fmt_num(g("p99_ms"), "ms"), fmt_num(g("wal_per_job"), "bytes"),
+                fmt_num(g("commits_per_job"), ""), fmt_num(g("dead_per_job"), ""), cell))
+    main = "\n".join(out)
+
+    det = ["| scenario | system | runs ok | jobs/s min–max | WAL B/job min–max "
+           "| HOT upd/job | n_dead_tup at end | growth MB | notes |",
+           "|---|---|--:|--:|--:|--:|--:|--:|---|"]
+    for s in scns:
+        for y in systems:
+            a = agg.get((s, y))
+            if a is None:
+                continue
+            m = a["metrics"]
+            rng = lambda k, kind: ("%s–%s" % (fmt_num(m[k]["min"], kind), fmt_num(m[k]["max"], kind))
+                                   if k in m else "–")
+            notes = list(a["notes"]) + ["error: " + e[:100] for e in a["errors"]]
+            det.append("| %s | %s | %d/%d | %s | %s | %s | %s | %s | %s |" % (
+                s, y, a["ok"], a["reps"], rng("jobs_s", "jobs_s"), rng("wal_per_job", "bytes"),
+                fmt_num(med(agg, s, y, "hot_per_job"), ""),
+                fmt_num(med(agg, s, y, "dead_end"), "bytes"),
+                fmt_num(med(agg, s, y, "growth_mb"), ""),
+                "; ".join(notes).replace("|", "/")))
+    details = "\n".join(det)
+
+    scn_lines = []
+    for s in scns:
+        what = next((agg[(s, y)]["lat_what"] for y in systems
+                     if (s, y) in agg and agg[(s, y)]["lat_what"]), "")
+        scn_lines.append("- **%s**: %s. Latency: %s." % (s, TITLE.get(s, s), what or "–"))
+    legend = "\n".join(scn_lines)
+
+    tgt = []
+    if both:
+        for s in ("D1B1", "D1B10", "D2"):
+            if (s, "pgjq") not in agg or (s, "baseline") not in agg:
+                continue
+            rj = ratio(med(agg, s, "pgjq", "jobs_s"), med(agg, s, "baseline", "jobs_s"))
+            rw = ratio(med(agg, s, "pgjq", "wal_per_job"), med(agg, s, "baseline", "wal_per_job"))
+            rc = ratio(med(agg, s, "pgjq", "commits_per_job"),
+                       med(agg, s, "baseline", "commits_per_job"))
+            mark = lambda ok: "met" if ok else "**not met**"
+            tgt.append("- %s: jobs/s %s (target ≥ 1.5×: %s); WAL/job %s (≤ 1×: %s); "
+                       "commits/job %s (≤ 1×: %s)" % (
+                           s, fmt_ratio(rj), mark(rj is not None and rj >= 1.5),
+                           fmt_ratio(rw), mark(rw is not None and rw <= 1.0),
+                           fmt_ratio(rc), mark(rc is not None and rc <= 1.0)))
+    targets = "\n".join(tgt)
+    return main, details, legend, targets
+
+
+def chart(agg, png):
+    """two panels: jobs/s and WAL bytes/job per scenario, per system"""
+    if not shutil.which("gnuplot"):
+        return False
+    scns = [s for s in ORDER if any((s, y) in agg for y in SYSTEMS)]
+    systems = [y for y in SYSTEMS if any((s, y) in agg for s in scns)]
+    with tempfile.TemporaryDirectory() as tmp:
+        dat = os.path.join(tmp, "data")
+        with open(dat, "w") as f:
+            for s in scns:
+                row = [s]
+                for k in ("jobs_s", "wal_per_job"):
+                    for y in systems:
+                        v = med(agg, s, y, k)
+                        row.append("%.3f" % v if v else "NaN")
+                f.write(" ".join(row) + "\n")
+        n = len(systems)
+        colors = {"pgjq": "#1f77b4", "baseline": "#aaaaaa"}
+        jobs_plot = ", ".join("'%s' using %d:xtic(1) title '%s' lc rgb '%s'" % (
+            dat, 2 + i, y, colors[y]) for i, y in enumerate(systems))
+        wal_plot = ", ".join("'%s' using %d:xtic(1) title '%s' lc rgb '%s'" % (
+            dat, 2 + n + i, y, colors[y]) for i, y in enumerate(systems))
+        script = """
+set terminal pngcairo size 1100,800 font 'sans,10'
+set output '%s'
+set multiplot layout 2,1 title 'pgjq vs plain-SQL baseline (median of runs; same cluster, same run)'
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.85 border -1
+set boxwidth 0.9
+set grid ytics
+set key top right
+set logscale y
+set format y '%%.0s%%c'
+set ylabel 'jobs/s (log scale)'
+plot %s
+unset logscale y
+set format y '%%g'
+set yrange [0:*]
+set ylabel 'WAL bytes per job'
+plot %s
+unset multiplot
+""" % (png, jobs_plot, wal_plot)
+        gp = os.path.join(tmp, "chart.gp")
+        with open(gp, "w") as f:
+            f.write(script)
+        r = subprocess.run(["gnuplot", gp], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.stderr.write("gnuplot failed: %s\n" % r.stderr)
+            return False
+    return True
+
+
+def report(rundir, prefix, docs):
+    meta = read_kv(os.path.join(rundir, "meta"))
+    meta_conf = [l.split("=", 1)[1] for l in open(os.path.join(rundir, "meta"))
+                 if l.startswith("conf=")]
+    runs = []
+    for kvp in sorted(glob.glob(os.path.join(rundir, "*", "*", "*", "kv"))):
+        runs.append(measure(os.path.dirname(kvp)))
+    runs.sort(key=lambda r: (ORDER.index(r["scenario"]) if r["scenario"] in ORDER else 99,
+                             r["system"], r["rep"]))
+    agg = aggregate(runs)
+    main, details, legend, targets = tables(agg, meta)
+
+    result = {
+        "stamp": meta.get("stamp"),
+        "quick": meta.get("quick") == "1",
+        "reps": int(meta.get("reps", 1)),
+        "duration_s": int(meta.get("duration_s", 0)),
+        "machine": {k: meta.get(k) for k in ("cpu", "cores", "ram_gib", "kernel", "os")},
+        "software": {k: meta.get(k) for k in ("server_version", "pgjq_version", "git_commit",
+                                              "git_dirty", "pgbench")},
+        "configuration": [c.strip() for c in meta_conf],
+        "promotion": meta.get("promotion"),
+        "poll_ms": meta.get("poll_ms"),
+        "sizes": meta.get("sizes"),
+        "results": [agg[k] for k in sorted(agg, key=lambda k: (
+            ORDER.index(k[0]) if k[0] in ORDER else 99, SYSTEMS.index(k[1])))],
+        "runs": runs,
+    }
+    with open(prefix + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+
+    png = prefix + ".png"
+    have_chart = chart(agg, png)
+    head = ("Run %s: %s, %s cores, %s GiB; PostgreSQL %s, pgjq %s (commit %s%s); %s; "
+            "%s run(s) per scenario, median shown; promotion for pgjq: %s." % (
+                meta.get("stamp"), meta.get("cpu"), meta.get("cores"), meta.get("ram_gib"),
+                meta.get("server_version"), meta.get("pgjq_version"), meta.get("git_commit"),
+                ", uncommitted changes in src/ or sql/" if meta.get("git_dirty", "0") != "0" else "",
+                "quick sizes" if meta.get("quick") == "1" else "full sizes",
+                meta.get("reps"), meta.get("promotion")))
+    md = [head, "", main, ""]
+    if targets:
+        md += ["Targets (pgjq against the baseline):", "", targets, ""]
+    md += ["Scenarios and what their latency measures:", "", legend, "",
+           "Details (medians unless a range is shown):", "", details, ""]
+    with open(prefix + ".md", "w") as f:
+        f.write("\n".join(md))
+
+    print()
+    print(main)
+    if targets:
+        print()
+        print(targets)
+    if docs:
+        begin, end = "<!-- bench:results:begin -->", "<!-- bench:results:end -->"
+        text = open(docs).read()
+        if begin not in text or end not in text:
+            sys.stderr.write("%s: no %s ... %s section; not updated\n" % (docs, begin, end))
+        else:
+            rel = os.path.relpath(png, os.path.dirname(os.path.abspath(docs)))
+            body = "\n".join(md)
+            if have_chart:
+                body += "\n![jobs/s and WAL bytes per job, per scenario](%s)\n" % rel
+            text = text[:text.index(begin) + len(begin)] + "\n" + body + "\n" + text[text.index(end):]
+            with open(docs, "w") as f:
+                f.write(text)
+            print("\nupdated %s" % docs)
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[0] == "line":
+        print(line(argv[1]))
+        return 0
+    if len(argv) >= 4 and argv[0] == "report" and argv[2] == "--out":
+        docs = argv[argv.index("--docs") + 1] if "--docs" in argv else None
+        report(argv[1], argv[3], docs)
+        return 0
+    sys.stderr.write(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

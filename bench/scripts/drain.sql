@@ -1,0 +1,28 @@
+-- bench/scripts/drain.sql: a worker that claims in one transaction and
+-- completes in a second (D1, D2, H1).  Batch 1 reports with
+-- complete(id, token), larger batches with complete(ids[], tokens[]).
+--
+-- When a claim comes back empty: with stop=1 (D1, a drain of pre-seeded jobs
+-- with no producer) the client stops, by a shell command that fails, which
+-- aborts this pgbench client without touching the database; the drain is
+-- over when the last client has stopped.  An empty claim means every job is
+-- completed or held by a client that will complete it, since each client
+-- completes its own batch before it claims again.  With stop=0 the client
+-- sleeps :poll ms and polls again.
+-- Variables: queue, batch, stop (0/1), poll (ms).
+SELECT count(*) AS n,
+       coalesce(min(id), 0) AS id1,
+       coalesce(min(token), 0) AS tok1,
+       coalesce(array_agg(id), '{}') AS ids,
+       coalesce(array_agg(token), '{}') AS toks
+  FROM pgjq.claim(:queue, :batch) \gset
+\if :n = 0
+  \if :stop
+    \shell false
+  \endif
+  \sleep :poll ms
+\elif :batch = 1
+SELECT pgjq.complete(:id1::bigint, :tok1::bigint);
+\else
+SELECT pgjq.complete(:ids::bigint[], :toks::bigint[]);
+\endif
