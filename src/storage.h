@@ -89,8 +89,7 @@ typedef enum PgjqCancelResult
 	PGJQ_CANCEL_REQUESTED
 } PgjqCancelResult;
 
-/* Final states as stored in job_history.state */
-#define PGJQ_FINISHED_COMPLETED	'c'
+/* Final states as stored in job_history.state (completed jobs: job_done) */
 #define PGJQ_FINISHED_DEAD		'd'
 #define PGJQ_FINISHED_CANCELLED	'x'
 

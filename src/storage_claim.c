@@ -34,7 +34,7 @@
 static PgjqPlan plan_next_priority = {
 	"SELECT priority FROM pgjq.job"
 	" WHERE queue_id = $1 AND state = 'r' AND priority >= $2"
-	" ORDER BY priority LIMIT 1",
+	" ORDER BY queue_id, priority LIMIT 1",
 	2, {INT4OID, INT2OID}
 };
 
@@ -43,12 +43,12 @@ static PgjqPlan plan_keys = {
 	"WITH RECURSIVE k(fair_key) AS ("
 	"  (SELECT j.fair_key FROM pgjq.job j"
 	"    WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = $2 AND j.fair_key >= $3"
-	"    ORDER BY j.fair_key LIMIT 1)"
+	"    ORDER BY j.queue_id, j.priority, j.fair_key LIMIT 1)"
 	"  UNION ALL"
 	"  SELECT (SELECT j.fair_key FROM pgjq.job j"
 	"           WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = $2"
 	"             AND j.fair_key > k.fair_key"
-	"           ORDER BY j.fair_key LIMIT 1)"
+	"           ORDER BY j.queue_id, j.priority, j.fair_key LIMIT 1)"
 	"    FROM k WHERE k.fair_key IS NOT NULL)"
 	" SELECT fair_key FROM k WHERE fair_key IS NOT NULL LIMIT $4",
 	4, {INT4OID, INT2OID, TEXTOID, INT4OID}
@@ -62,7 +62,8 @@ static PgjqPlan plan_lease = {
 	"        (SELECT j.id FROM pgjq.job j"
 	"          WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = $2"
 	"            AND j.fair_key = k.fair_key"
-	"          ORDER BY j.id LIMIT $4 FOR UPDATE SKIP LOCKED) l),"
+	"          ORDER BY j.queue_id, j.priority, j.fair_key, j.id"
+	"          LIMIT $4 FOR UPDATE SKIP LOCKED) l),"
 	" pick AS (SELECT c.id, c.ord, c.rn FROM c ORDER BY c.rn, c.ord LIMIT $5)"
 	" UPDATE pgjq.job j SET state = 'a', attempt = j.attempt + 1, token = $6,"
 	"        lease_until = $7, worker = $8"

@@ -1,12 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * storage_history.c
- *	  Hourly partitions of pgjq.job_history: create ahead, prune whole.
+ *	  Hourly partitions of pgjq.job_done and pgjq.job_history: create
+ *	  ahead, prune whole.
  *
  * A partition covers one UTC hour of finished_at and is named
- * job_history_YYYYMMDD_HH.  pgjq_history_ensure() runs before every insert
- * into history: a syscache probe when the partition exists (the common case,
- * as maintenance creates the next hour ahead), else it creates it.  Creation
+ * <table>_YYYYMMDD_HH; the two tables' partitions for an hour are created
+ * together.  pgjq_history_ensure() runs before every insert into history: a
+ * syscache probe when the partitions exist (the common case, as maintenance
+ * creates the next hour ahead), else it creates them.  Creation
  * is CREATE TABLE then ATTACH PARTITION, which needs only a SHARE UPDATE
  * EXCLUSIVE lock on the parent: concurrent inserts into other partitions go
  * on, and two creators serialize on that lock and re-check after it.
@@ -28,10 +30,13 @@
 #include "utils/datetime.h"
 
 static PgjqPlan plan_register = {
-	"INSERT INTO pgjq.history_partition (relname, lower_bound, upper_bound)"
-	" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-	3, {NAMEOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	"INSERT INTO pgjq.history_partition (relname, parent, lower_bound, upper_bound)"
+	" VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+	4, {NAMEOID, NAMEOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
+
+/* The partitioned tables; the last one's partition is created last. */
+static const char *const history_tables[] = {"job_history", "job_done"};
 
 static PgjqPlan plan_to_close = {
 	"SELECT relname FROM pgjq.history_partition"
@@ -41,7 +46,7 @@ static PgjqPlan plan_to_close = {
 };
 
 static PgjqPlan plan_expired = {
-	"SELECT hp.relname, hp.queue_ids = '{}' AS emptied"
+	"SELECT hp.relname, hp.queue_ids = '{}' AS emptied, hp.parent"
 	"  FROM pgjq.history_partition hp"
 	" WHERE hp.upper_bound <= $1"
 	"   AND hp.upper_bound + CASE WHEN hp.queue_ids IS NULL"
@@ -74,7 +79,7 @@ hour_start(TimestampTz ts)
 }
 
 static void
-partition_name(TimestampTz start, char *buf, size_t len)
+partition_name(const char *table, TimestampTz start, char *buf, size_t len)
 {
 	struct pg_tm tm;
 	fsec_t		fsec;
@@ -83,8 +88,8 @@ partition_name(TimestampTz start, char *buf, size_t len)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("timestamp out of range")));
-	snprintf(buf, len, "job_history_%04d%02d%02d_%02d",
-			 tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour);
+	snprintf(buf, len, "%s_%04d%02d%02d_%02d",
+			 table, tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour);
 }
 
 /* Seconds since the Unix epoch, for partition bounds. */
@@ -95,8 +100,36 @@ unix_seconds(TimestampTz ts)
 		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY;
 }
 
+static void
+create_partition(const char *table, TimestampTz lo)
+{
+	char		name[NAMEDATALEN];
+	Oid			parent = pgjq_relation(table);
+	Datum		values[4];
+
+	if (!OidIsValid(parent))
+		elog(ERROR, "pgjq: table pgjq.%s is missing", table);
+	partition_name(table, lo, name, sizeof(name));
+	LockRelationOid(parent, ShareUpdateExclusiveLock);
+	if (OidIsValid(pgjq_relation(name)))
+		return;
+	pgjq_spi_exec_utility(psprintf("CREATE TABLE pgjq.%s"
+								   " (LIKE pgjq.%s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
+								   name, table));
+	pgjq_spi_exec_utility(psprintf("ALTER TABLE pgjq.%s ATTACH PARTITION pgjq.%s"
+								   " FOR VALUES FROM (pg_catalog.to_timestamp(" INT64_FORMAT "))"
+								   " TO (pg_catalog.to_timestamp(" INT64_FORMAT "))",
+								   table, name, unix_seconds(lo),
+								   unix_seconds(lo + USECS_PER_HOUR)));
+	values[0] = DirectFunctionCall1(namein, CStringGetDatum(name));
+	values[1] = DirectFunctionCall1(namein, CStringGetDatum(table));
+	values[2] = TimestampTzGetDatum(lo);
+	values[3] = TimestampTzGetDatum(lo + USECS_PER_HOUR);
+	pgjq_spi_run(&plan_register, values, NULL, 0);
+}
+
 /*
- * Make sure the history partition for finished_at = ts exists.  Caller is
+ * Make sure the history partitions for finished_at = ts exist.  Caller is
  * connected to SPI.
  */
 void
@@ -104,34 +137,12 @@ pgjq_history_ensure(TimestampTz ts)
 {
 	TimestampTz lo = hour_start(ts);
 	char		name[NAMEDATALEN];
-	Oid			parent;
 
-	partition_name(lo, name, sizeof(name));
+	partition_name(history_tables[lengthof(history_tables) - 1], lo, name, sizeof(name));
 	if (OidIsValid(pgjq_relation(name)))
 		return;
-
-	parent = pgjq_relation("job_history");
-	if (!OidIsValid(parent))
-		elog(ERROR, "pgjq: table pgjq.job_history is missing");
-	LockRelationOid(parent, ShareUpdateExclusiveLock);
-	if (!OidIsValid(pgjq_relation(name)))
-	{
-		Datum		values[3];
-
-		pgjq_spi_exec_utility(psprintf("CREATE TABLE pgjq.%s"
-									   " (LIKE pgjq.job_history INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
-									   name));
-		pgjq_spi_exec_utility(psprintf("ALTER TABLE pgjq.job_history ATTACH PARTITION pgjq.%s"
-									   " FOR VALUES FROM (pg_catalog.to_timestamp(" INT64_FORMAT "))"
-									   " TO (pg_catalog.to_timestamp(" INT64_FORMAT "))",
-									   name, unix_seconds(lo),
-									   unix_seconds(lo + USECS_PER_HOUR)));
-		values[0] = CStringGetDatum(name);
-		values[0] = DirectFunctionCall1(namein, values[0]);
-		values[1] = TimestampTzGetDatum(lo);
-		values[2] = TimestampTzGetDatum(lo + USECS_PER_HOUR);
-		pgjq_spi_run(&plan_register, values, NULL, 0);
-	}
+	for (int i = 0; i < lengthof(history_tables); i++)
+		create_partition(history_tables[i], lo);
 }
 
 /* Try to take a lock without waiting, a few times over ~100 ms. */
@@ -160,8 +171,7 @@ pgjq_history_prune(TimestampTz now)
 	int			n;
 	char	  **names;
 	bool	   *emptied;
-	Oid			parent = pgjq_relation("job_history");
-
+	char	  **parents;
 	pgjq_history_ensure(now);
 	pgjq_history_ensure(now + USECS_PER_HOUR);
 
@@ -193,12 +203,14 @@ pgjq_history_prune(TimestampTz now)
 		n = (int) SPI_processed;
 		names = palloc(sizeof(char *) * Max(n, 1));
 		emptied = palloc(sizeof(bool) * Max(n, 1));
+		parents = palloc(sizeof(char *) * Max(n, 1));
 		for (int i = 0; i < n; i++)
 		{
 			bool		isnull;
 			Datum		e = pgjq_spi_get(i, 2, &isnull);
 
 			names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+			parents[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
 			emptied[i] = !isnull && DatumGetBool(e);
 		}
 	}
@@ -222,7 +234,7 @@ pgjq_history_prune(TimestampTz now)
 			pgjq_spi_run(&plan_mark_emptied, values, NULL, 0);
 			pruned++;
 		}
-		if (lock_soon(parent, AccessExclusiveLock))
+		if (lock_soon(pgjq_relation(parents[i]), AccessExclusiveLock))
 		{
 			pgjq_spi_exec_utility(psprintf("DROP TABLE pgjq.%s", quote_identifier(names[i])));
 			pgjq_spi_run(&plan_unregister, values, NULL, 0);

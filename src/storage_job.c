@@ -60,11 +60,22 @@ static PgjqPlan plan_dedup_lookup = {
 	2, {INT4OID, TEXTARRAYOID}
 };
 
+/*
+ * Completed jobs go to pgjq.job_done as one row per queue and call; a job
+ * whose cancellation was requested ends in job_history as cancelled instead.
+ */
 static PgjqPlan plan_complete = {
 	"WITH d AS (DELETE FROM pgjq.job j USING unnest($1::int8[], $2::int8[]) AS t(id, token)"
-	"            WHERE j.id = t.id AND j.token = t.token AND j.state = 'a' RETURNING j.*) "
-	HISTORY_FROM_D("CASE WHEN d.cancel_requested THEN 'x' ELSE 'c' END", "$3",
-				   "d.last_error", "NULL"),
+	"            WHERE j.id = t.id AND j.token = t.token AND j.state = 'a' RETURNING j.*),"
+	" x AS (" HISTORY_COLUMNS
+	"       SELECT d.id, d.queue_id, 'x', d.priority, d.fair_key, d.dedup_key, d.attempt,"
+	"              d.max_attempts, d.token, d.enqueued_at, $3, d.worker, d.last_error, NULL"
+	"         FROM d WHERE d.cancel_requested)"
+	" INSERT INTO pgjq.job_done (queue_id, finished_at, min_id, max_id, ids, attempts, enqueued_at)"
+	" SELECT d.queue_id, $3, min(d.id), max(d.id), array_agg(d.id ORDER BY d.id),"
+	"        array_agg(d.attempt ORDER BY d.id), array_agg(d.enqueued_at ORDER BY d.id)"
+	"   FROM d WHERE NOT d.cancel_requested GROUP BY d.queue_id"
+	" RETURNING cardinality(ids)",
 	3, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID}
 };
 
@@ -346,7 +357,8 @@ pgjq_storage_enqueue(int32 queue_id, PgjqNewJobs *jobs)
 /*
  * Complete running jobs given as parallel int8 arrays of ids and tokens.
  * Returns how many were completed; stale pairs are skipped, and jobs whose
- * cancellation was requested end as cancelled (not counted).
+ * cancellation was requested end as cancelled (not counted).  One statement:
+ * the rows leave pgjq.job and land in history together.
  */
 int64
 pgjq_storage_complete(int n, Datum *ids, Datum *tokens, TimestampTz now)
@@ -363,8 +375,7 @@ pgjq_storage_complete(int n, Datum *ids, Datum *tokens, TimestampTz now)
 	{
 		bool		isnull;
 
-		if (DatumGetChar(pgjq_spi_get(r, 1, &isnull)) == PGJQ_FINISHED_COMPLETED)
-			completed++;
+		completed += DatumGetInt32(pgjq_spi_get(r, 1, &isnull));
 	}
 	return completed;
 }
