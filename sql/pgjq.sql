@@ -174,12 +174,12 @@ CREATE FUNCTION pgjq.create_queue(
 	lease interval DEFAULT '30 seconds',
 	max_attempts integer DEFAULT 20,
 	backoff_base interval DEFAULT '1 second',
-	backoff_max interval DEFAULT '1 hour',
+	backoff_max interval DEFAULT NULL,
 	retention interval DEFAULT '1 day')
 RETURNS void
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_create_queue';
-COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval) IS 'create a queue';
+COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval) IS 'create a queue (backoff_max defaults to the larger of 1 hour and backoff_base)';
 
 CREATE FUNCTION pgjq.alter_queue(
 	queue text,

@@ -9,7 +9,7 @@
  *	  lease           (0, 7 days]       default 30 s
  *	  max_attempts    1 .. 10000        default 20
  *	  backoff_base    [0, 7 days]       default 1 s
- *	  backoff_max     [0, 30 days], >= backoff_base, default 1 h
+ *	  backoff_max     [0, 30 days], >= backoff_base, default max(1 h, backoff_base)
  *	  retention       [0, 3650 days]    default 1 day
  *
  *-------------------------------------------------------------------------
@@ -129,7 +129,9 @@ pgjq_drop_queue(PG_FUNCTION_ARGS)
 		if (running > 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_IN_USE),
-					 errmsg("queue \"%s\" has " INT64_FORMAT " running jobs", name, running),
+					 errmsg_plural("queue \"%s\" has %lld running job",
+								   "queue \"%s\" has %lld running jobs",
+								   running, name, (long long) running),
 					 errhint("Wait for them to finish, or use drop_queue(..., force => true).")));
 	}
 	pgjq_storage_queue_delete(queue.queue_id);
