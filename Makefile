@@ -11,7 +11,7 @@ DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(filter-out sql/$(EXTENSION).sql sql/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard sql/$(EXTENSION)--*.sql))
 
 PG_CPPFLAGS = -I$(srcdir)/src
-PG_CFLAGS = -Wall -Wextra -Werror=implicit-function-declaration -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare $(PGJQ_CFLAGS)
+PG_CFLAGS = -Wall -Wextra -Werror=implicit-function-declaration -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Wno-clobbered $(PGJQ_CFLAGS)
 
 # Tests (run them all with `make test`).  installcheck starts its own
 # preloaded servers (--temp-instance); the isolation database gets the

@@ -41,6 +41,10 @@ CREATE TABLE pgjq.queue (
 	backoff_base	interval NOT NULL,
 	backoff_max		interval NOT NULL,
 	retention		interval NOT NULL,
+	concurrency		integer,
+	key_concurrency	integer,
+	rate			double precision,
+	burst			integer,
 	paused			boolean NOT NULL DEFAULT false,
 	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
@@ -175,11 +179,15 @@ CREATE FUNCTION pgjq.create_queue(
 	max_attempts integer DEFAULT 20,
 	backoff_base interval DEFAULT '1 second',
 	backoff_max interval DEFAULT NULL,
-	retention interval DEFAULT '1 day')
+	retention interval DEFAULT '1 day',
+	concurrency integer DEFAULT NULL,
+	key_concurrency integer DEFAULT NULL,
+	rate double precision DEFAULT NULL,
+	burst integer DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_create_queue';
-COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval) IS 'create a queue (backoff_max defaults to the larger of 1 hour and backoff_base)';
+COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer) IS 'create a queue (backoff_max defaults to the larger of 1 hour and backoff_base)';
 
 CREATE FUNCTION pgjq.alter_queue(
 	queue text,
@@ -187,11 +195,15 @@ CREATE FUNCTION pgjq.alter_queue(
 	max_attempts integer DEFAULT NULL,
 	backoff_base interval DEFAULT NULL,
 	backoff_max interval DEFAULT NULL,
-	retention interval DEFAULT NULL)
+	retention interval DEFAULT NULL,
+	concurrency integer DEFAULT NULL,
+	key_concurrency integer DEFAULT NULL,
+	rate double precision DEFAULT NULL,
+	burst integer DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_alter_queue';
-COMMENT ON FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval) IS 'change a queue''s settings; NULL leaves a setting unchanged';
+COMMENT ON FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer) IS 'change a queue''s settings; NULL leaves a setting unchanged, 0 removes a limit';
 
 CREATE FUNCTION pgjq.drop_queue(queue text, force boolean DEFAULT false)
 RETURNS void
@@ -224,13 +236,18 @@ CREATE FUNCTION pgjq.list_queues(
 	OUT backoff_base interval,
 	OUT backoff_max interval,
 	OUT retention interval,
+	OUT concurrency integer,
+	OUT key_concurrency integer,
+	OUT rate double precision,
+	OUT burst integer,
 	OUT paused boolean,
 	OUT created_at timestamptz)
 RETURNS SETOF record
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 	SELECT q.name, q.lease, q.max_attempts, q.backoff_base, q.backoff_max,
-		   q.retention, q.paused, q.created_at
+		   q.retention, q.concurrency, q.key_concurrency, q.rate, q.burst,
+		   q.paused, q.created_at
 	  FROM pgjq.queue q
 	 ORDER BY q.name
 $$;
@@ -272,12 +289,30 @@ CREATE FUNCTION pgjq.claim(
 	queue text,
 	batch integer DEFAULT 1,
 	lease interval DEFAULT NULL,
-	worker text DEFAULT NULL)
+	worker text DEFAULT NULL,
+	wait interval DEFAULT NULL)
 RETURNS SETOF pgjq.claimed
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 ROWS 10
 AS 'MODULE_PATHNAME', 'pgjq_claim';
-COMMENT ON FUNCTION pgjq.claim(text, integer, interval, text) IS 'lease up to batch ready jobs: smaller priority first, round-robin across fair keys, then oldest first';
+COMMENT ON FUNCTION pgjq.claim(text, integer, interval, text, interval) IS 'lease up to batch ready jobs: smaller priority first, round-robin across fair keys, then oldest first; with wait, sleep until a job is claimable';
+
+CREATE FUNCTION pgjq.claim(
+	queues text[],
+	batch integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	worker text DEFAULT NULL,
+	wait interval DEFAULT NULL)
+RETURNS SETOF pgjq.claimed
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 10
+AS 'MODULE_PATHNAME', 'pgjq_claim_many';
+COMMENT ON FUNCTION pgjq.claim(text[], integer, interval, text, interval) IS 'claim from several queues in the array''s order; a wait wakes on any of them';
+
+CREATE PROCEDURE pgjq.await(queues text[], wait interval)
+LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_await';
+COMMENT ON PROCEDURE pgjq.await(text[], interval) IS 'sleep until one of the queues may have a claimable job (or wait ends) without holding a snapshot; then call claim()';
 
 /* ------------------------------------------------------------- outcomes */
 
@@ -404,6 +439,12 @@ AS $$
 $$;
 COMMENT ON FUNCTION pgjq.job(bigint) IS 'a job''s current state, attempts, last error and times, wherever it lives';
 
+/* Internal: the shared-memory limit counters (empty without preload). */
+CREATE FUNCTION pgjq._limits(OUT queue_id integer, OUT running integer, OUT held_back bigint)
+RETURNS SETOF record
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'pgjq_limits';
+
 CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 	SELECT q.name AS queue,
 		   q.paused,
@@ -414,8 +455,13 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 		   COALESCE(c.completed, 0)::bigint AS completed,
 		   COALESCE(f.cancelled, 0) AS cancelled,
 		   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_ready AS oldest_ready_age,
-		   u.next_run_at
+		   u.next_run_at,
+		   q.concurrency,
+		   q.key_concurrency,
+		   q.rate,
+		   l.held_back
 	  FROM pgjq.queue q
+	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
 	  LEFT JOIN (SELECT j.queue_id,
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS ready,
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS scheduled,
@@ -429,13 +475,14 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'd') AS dead,
 						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'x') AS cancelled
 				   FROM pgjq.job_history h GROUP BY h.queue_id) f ON f.queue_id OPERATOR(pg_catalog.=) q.queue_id;
-COMMENT ON VIEW pgjq.queue_stats IS 'per queue: jobs in each state and the age of the oldest ready job';
+COMMENT ON VIEW pgjq.queue_stats IS 'per queue: jobs in each state, the age of the oldest ready job, its limits and how many claims the limits cut short since the server started (NULL without shared_preload_libraries)';
 
 /* ----------------------------------------------------------- privileges */
 
 REVOKE ALL ON ALL TABLES IN SCHEMA pgjq FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgjq FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgjq FROM PUBLIC;
+REVOKE ALL ON ALL PROCEDURES IN SCHEMA pgjq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
 	pgjq.enqueue(text, jsonb, interval, timestamptz, smallint, text, text, integer),
@@ -445,7 +492,8 @@ GRANT EXECUTE ON FUNCTION
 TO pgjq_producer;
 
 GRANT EXECUTE ON FUNCTION
-	pgjq.claim(text, integer, interval, text),
+	pgjq.claim(text, integer, interval, text, interval),
+	pgjq.claim(text[], integer, interval, text, interval),
 	pgjq.complete(bigint, bigint),
 	pgjq.complete(bigint[], bigint[]),
 	pgjq.fail(bigint, bigint, text, interval),
@@ -453,6 +501,9 @@ GRANT EXECUTE ON FUNCTION
 	pgjq.snooze(bigint, bigint, interval),
 	pgjq.job(bigint)
 TO pgjq_worker;
+GRANT EXECUTE ON PROCEDURE pgjq.await(text[], interval) TO pgjq_worker;
 
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgjq TO pgjq_admin;
+GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA pgjq TO pgjq_admin;
+REVOKE EXECUTE ON FUNCTION pgjq._limits() FROM pgjq_admin;
 GRANT SELECT ON pgjq.queue_stats TO pgjq_producer, pgjq_worker, pgjq_admin;

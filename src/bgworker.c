@@ -25,6 +25,7 @@
  *-------------------------------------------------------------------------
  */
 #include "pgjq.h"
+#include "limits.h"
 
 #include "access/xact.h"
 #include "commands/extension.h"
@@ -243,6 +244,14 @@ run_step(const char *what, int64 (*step) (void))
 	return n;
 }
 
+/* Count the running jobs into shared memory if not done yet (limits.c). */
+static int64
+rebuild_counters(void)
+{
+	pgjq_limits_rebuild_if_needed();
+	return 0;
+}
+
 /* True when the pgjq extension exists in this database. */
 static bool
 extension_present(void)
@@ -305,6 +314,7 @@ pgjq_worker_main(Datum main_arg)
 		wake = now + (int64) pgjq_max_sleep_ms * 1000;
 		if (extension_present())
 		{
+			run_step("pgjq: counters", rebuild_counters);
 			run_step("pgjq: rescue", pgjq_maintenance_rescue);
 			run_step("pgjq: promote", pgjq_maintenance_promote);
 			if (now >= next_prune)

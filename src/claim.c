@@ -1,53 +1,211 @@
 /*-------------------------------------------------------------------------
  *
  * claim.c
- *	  SQL API: claim(queue, batch, lease, worker).
+ *	  SQL API: claim(queue | queues[], batch, lease, worker, wait) and the
+ *	  procedure await(queues[], wait).
  *
- * Leases up to `batch` ready jobs in fair order (storage_claim.c) and
+ * Leases up to `batch` ready jobs in fair order (storage_claim.c), from the
+ * queues in the order given, within each queue's limits (limits.c), and
  * returns them as pgjq.claimed rows.  Every claim call draws one new fencing
  * token from a sequence (never reused, not even after a rollback); all jobs
- * of the batch carry it.  A paused queue returns nothing.
+ * of the call carry it.  Paused queues give nothing.
+ *
+ * With `wait`, a call that finds nothing sleeps until a producer's commit
+ * makes a job of one of its queues claimable, or the wait (capped by
+ * pgjq.max_wait) ends; query cancel and statement_timeout interrupt it
+ * (wait.c).  A waiting call holds its statement's snapshot, and so the xmin
+ * horizon; await() waits without one.
  *
  *-------------------------------------------------------------------------
  */
 #include "args.h"
-#include "storage.h"
+#include "limits.h"
+#include "spi_plans.h"
 
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/defrem.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 PG_FUNCTION_INFO_V1(pgjq_claim);
+PG_FUNCTION_INFO_V1(pgjq_claim_many);
+PG_FUNCTION_INFO_V1(pgjq_await);
 
-Datum
-pgjq_claim(PG_FUNCTION_ARGS)
+/* The queue names of argument 0: one text, or a text[] without nulls. */
+static char **
+queue_names(FunctionCallInfo fcinfo, bool many, int *n)
 {
-	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
+	char	  **names;
+
+	if (!many)
+	{
+		names = palloc(sizeof(char *));
+		names[0] = pgjq_arg_queue_name(fcinfo, 0);
+		*n = 1;
+		return names;
+	}
+	{
+		ArrayType  *arr = pgjq_arg_array(fcinfo, 0, "queues", TEXTOID, true);
+		Datum	   *elems;
+		bool	   *nulls;
+
+		*n = pgjq_array_length(arr);
+		if (*n == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("queues must not be empty")));
+		if (*n > PGJQ_WAIT_MAX_QUEUES)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("queues has too many elements"),
+					 errdetail("A claim takes at most %d queues.", PGJQ_WAIT_MAX_QUEUES)));
+		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, n);
+		names = palloc(sizeof(char *) * *n);
+		for (int i = 0; i < *n; i++)
+		{
+			LOCAL_FCINFO(one, 1);
+
+			if (nulls[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("queues must not contain nulls")));
+			/* reuse the single-name checks */
+			InitFunctionCallInfoData(*one, NULL, 1, InvalidOid, NULL, NULL);
+			one->args[0].value = elems[i];
+			one->args[0].isnull = false;
+			names[i] = pgjq_arg_queue_name(one, 0);
+		}
+	}
+	return names;
+}
+
+static void
+lookup_queues(char **names, int n, PgjqQueue *queues)
+{
+	for (int i = 0; i < n; i++)
+		if (!pgjq_storage_queue_get(names[i], &queues[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("queue \"%s\" does not exist", names[i])));
+}
+
+/*
+ * One claim attempt over all queues, in order, in its own SPI session.
+ * Returns how many jobs it leased into jobs[].
+ */
+static int
+claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *worker,
+		   int64 *token, TimestampTz *lease_until, PgjqClaimedJob *jobs, int32 *queue_ids)
+{
+	PgjqQueue  *queues = palloc(sizeof(PgjqQueue) * nqueues);
+	int			n = 0;
+
+	pgjq_storage_begin();
+	lookup_queues(names, nqueues, queues);
+	*lease_until = GetCurrentTimestamp();
+	for (int i = 0; i < nqueues; i++)
+	{
+		PgjqQueue  *q = &queues[i];
+		PgjqClaimQuota quota;
+		int			want = batch - n;
+		int			granted;
+		int			got;
+
+		queue_ids[i] = q->queue_id;
+		if (q->paused || want <= 0)
+			continue;
+		granted = pgjq_limits_reserve_queue(q, want);
+		if (granted == 0)
+		{
+			pgjq_limits_note_held_back(q->queue_id);
+			continue;
+		}
+		pgjq_limits_init_quota(&quota, q);
+		/* one lease end for the call, from the first queue's lease */
+		if (n == 0 && i == 0)
+			*lease_until += lease_us > 0 ? lease_us : q->lease_us;
+		else if (*token == 0 && n == 0)
+			*lease_until = GetCurrentTimestamp() + (lease_us > 0 ? lease_us : q->lease_us);
+		got = pgjq_storage_claim(q, granted, *lease_until, worker, &quota, token, jobs + n);
+		pgjq_limits_settle_queue(q, granted, got);
+		if (got < want && (granted < want || pgjq_limits_quota_cut_short(&quota)))
+			pgjq_limits_note_held_back(q->queue_id);
+		n += got;
+	}
+	pgjq_storage_end();
+	return n;
+}
+
+static Datum
+claim_common(FunctionCallInfo fcinfo, bool many)
+{
+	int			nqueues;
+	char	  **names = queue_names(fcinfo, many, &nqueues);
 	int32		batch = PG_ARGISNULL(1) ? 1 : PG_GETARG_INT32(1);
 	int64		lease_us = pgjq_arg_interval(fcinfo, 2, "lease", 0, false, 7 * USECS_PER_DAY, -1);
 	char	   *worker = pgjq_arg_text(fcinfo, 3, "worker", PGJQ_MAX_WORKER);
+	int64		wait_us = pgjq_arg_interval(fcinfo, 4, "wait", 0, true, 3650 * USECS_PER_DAY, 0);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	PgjqQueue	queue;
-	PgjqClaimedJob *jobs = NULL;
+	PgjqClaimedJob *jobs;
+	int32	   *queue_ids = palloc(sizeof(int32) * nqueues);
 	int			n = 0;
 	int64		token = 0;
 	TimestampTz lease_until = 0;
+	TimestampTz deadline = 0;
 
 	if (batch < 1 || batch > PGJQ_MAX_BATCH)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch must be between 1 and %d", PGJQ_MAX_BATCH)));
-	pgjq_srf_materialize(fcinfo);
-
-	pgjq_storage_begin();
-	if (!pgjq_storage_queue_get(name, &queue))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("queue \"%s\" does not exist", name)));
-	if (!queue.paused)
+	if (wait_us > 0)
 	{
-		lease_until = GetCurrentTimestamp() + (lease_us > 0 ? lease_us : queue.lease_us);
-		n = pgjq_storage_claim(&queue, batch, lease_until, worker, &token, &jobs);
+		pgjq_limits_require_shmem("claim with wait");
+		if (IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+					 errmsg("claim with wait needs READ COMMITTED isolation"),
+					 errdetail("Under REPEATABLE READ or SERIALIZABLE it could never see a new job.")));
+		deadline = GetCurrentTimestamp() + Min(wait_us, (int64) pgjq_max_wait_ms * 1000);
 	}
-	pgjq_storage_end();
+	pgjq_srf_materialize(fcinfo);
+	jobs = palloc(sizeof(PgjqClaimedJob) * batch);
+
+	n = claim_once(names, nqueues, batch, lease_us, worker, &token, &lease_until, jobs, queue_ids);
+	if (n == 0 && wait_us > 0)
+	{
+		/* register, then try once more: a commit in between is not missed */
+		pgjq_wait_register(nqueues, queue_ids);
+		PG_TRY();
+		{
+			for (;;)
+			{
+				TimestampTz now;
+				long		ms;
+
+				n = claim_once(names, nqueues, batch, lease_us, worker, &token, &lease_until,
+							   jobs, queue_ids);
+				now = GetCurrentTimestamp();
+				if (n > 0 || now >= deadline)
+					break;
+				ms = (long) ((deadline - now + 999) / 1000);
+				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+								 ms, PG_WAIT_EXTENSION);
+				ResetLatch(MyLatch);
+				CHECK_FOR_INTERRUPTS();
+				pgjq_wait_rearm();
+			}
+		}
+		PG_FINALLY();
+		{
+			pgjq_wait_unregister();
+		}
+		PG_END_TRY();
+	}
 
 	for (int i = 0; i < n; i++)
 	{
@@ -66,4 +224,97 @@ pgjq_claim(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+Datum
+pgjq_claim(PG_FUNCTION_ARGS)
+{
+	return claim_common(fcinfo, false);
+}
+
+Datum
+pgjq_claim_many(PG_FUNCTION_ARGS)
+{
+	return claim_common(fcinfo, true);
+}
+
+static PgjqPlan plan_ready = {
+	"SELECT EXISTS (SELECT 1 FROM pgjq.job"
+	"                WHERE queue_id = ANY ($1) AND state = 'r')",
+	1, {INT4ARRAYOID}
+};
+
+/*
+ * CALL pgjq.await(queues, wait): return once one of the queues may have a
+ * claimable job, or the wait ends.  Called outside a transaction block
+ * (non-atomic CALL), it commits the caller's implicit transaction first and
+ * sleeps without a snapshot, so it never holds back the xmin horizon; inside
+ * one, it sleeps like claim(..., wait).  Ignores limits: a limited queue's
+ * ready job wakes it even when claim would be held back.
+ */
+Datum
+pgjq_await(PG_FUNCTION_ARGS)
+{
+	int			nqueues;
+	char	  **names = queue_names(fcinfo, true, &nqueues);
+	int64		wait_us = pgjq_arg_interval(fcinfo, 1, "wait", 0, true, 3650 * USECS_PER_DAY, -1);
+	bool		atomic = !(fcinfo->context && IsA(fcinfo->context, CallContext) &&
+						   !castNode(CallContext, fcinfo->context)->atomic);
+	PgjqQueue  *queues = palloc(sizeof(PgjqQueue) * nqueues);
+	int32	   *ids = palloc(sizeof(int32) * nqueues);
+	Datum	   *idd = palloc(sizeof(Datum) * nqueues);
+	TimestampTz deadline;
+
+	pgjq_arg_not_null(fcinfo, 1, "wait");
+	pgjq_limits_require_shmem("await");
+	deadline = GetCurrentTimestamp() + Min(wait_us, (int64) pgjq_max_wait_ms * 1000);
+
+	pgjq_storage_begin();
+	lookup_queues(names, nqueues, queues);
+	pgjq_storage_end();
+	for (int i = 0; i < nqueues; i++)
+	{
+		ids[i] = queues[i].queue_id;
+		idd[i] = Int32GetDatum(ids[i]);
+	}
+
+	if (SPI_connect_ext(atomic ? 0 : SPI_OPT_NONATOMIC) != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	if (!atomic)
+	{
+		SPI_commit();
+#if PG_VERSION_NUM < 140000
+		SPI_start_transaction();
+#endif
+	}
+	pgjq_wait_register(nqueues, ids);
+	PG_TRY();
+	{
+		for (;;)
+		{
+			Datum		values[1];
+			bool		isnull;
+			TimestampTz now;
+
+			values[0] = PointerGetDatum(construct_array(idd, nqueues, INT4OID, 4, true, TYPALIGN_INT));
+			pgjq_spi_run(&plan_ready, values, NULL, 1);
+			if (DatumGetBool(pgjq_spi_get(0, 1, &isnull)))
+				break;
+			now = GetCurrentTimestamp();
+			if (now >= deadline)
+				break;
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 (long) ((deadline - now + 999) / 1000), PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			pgjq_wait_rearm();
+		}
+	}
+	PG_FINALLY();
+	{
+		pgjq_wait_unregister();
+	}
+	PG_END_TRY();
+	SPI_finish();
+	PG_RETURN_VOID();
 }

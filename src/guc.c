@@ -6,7 +6,10 @@
  *	  pgjq.database_names     databases the background worker serves (sighup)
  *	  pgjq.max_sleep          longest worker sleep between passes (sighup)
  *	  pgjq.prune_interval     how often the worker prunes history (sighup)
- *	  pgjq.max_payload_size   largest payload enqueue accepts (user)
+ *	  pgjq.max_payload_size   largest payload enqueue accepts (superuser)
+ *	  pgjq.max_wait           longest wait of a waiting claim (superuser)
+ *	  pgjq.max_tracked_keys   shared-memory slots for running fair keys
+ *	                          (postmaster: sizes shared memory)
  *
  *-------------------------------------------------------------------------
  */
@@ -18,6 +21,8 @@ char	   *pgjq_database_names = NULL;
 int			pgjq_max_payload_size = 1024;
 int			pgjq_max_sleep_ms = 10000;
 int			pgjq_prune_interval_ms = 60000;
+int			pgjq_max_tracked_keys = 65536;
+int			pgjq_max_wait_ms = 20000;
 
 void
 pgjq_guc_init(void)
@@ -56,6 +61,24 @@ pgjq_guc_init(void)
 							1024, 1, 1024 * 1024,
 							PGC_SUSET,
 							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pgjq.max_wait",
+							"Longest time a claim with wait sleeps.",
+							"Longer waits are cut to this.",
+							&pgjq_max_wait_ms,
+							20000, 0, 3600 * 1000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pgjq.max_tracked_keys",
+							"Shared-memory slots for the limit counters (queues and running fair keys).",
+							NULL,
+							&pgjq_max_tracked_keys,
+							65536, 1024, 16 * 1024 * 1024,
+							PGC_POSTMASTER,
+							0,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("pgjq");

@@ -23,6 +23,8 @@ extern char *pgjq_database_names;
 extern int	pgjq_max_payload_size;
 extern int	pgjq_max_sleep_ms;
 extern int	pgjq_prune_interval_ms;
+extern int	pgjq_max_tracked_keys;
+extern int	pgjq_max_wait_ms;
 extern void pgjq_guc_init(void);
 
 /* shmem.c */

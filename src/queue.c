@@ -11,11 +11,20 @@
  *	  backoff_base    [0, 7 days]       default 1 s
  *	  backoff_max     [0, 30 days], >= backoff_base, default max(1 h, backoff_base)
  *	  retention       [0, 3650 days]    default 1 day
+ *	  concurrency     0 .. 1000000      most jobs running at once; 0 = none
+ *	  key_concurrency 0 .. 1000000      most running per fair_key; 0 = none
+ *	  rate            [0, 1e6] / s      claims started per second; 0 = none
+ *	  burst           0 .. 1000000      token bucket size; 0 = max(1, rate)
+ *
+ * The limits live in shared memory (limits.c): setting one needs pgjq in
+ * shared_preload_libraries.
  *
  *-------------------------------------------------------------------------
  */
 #include "args.h"
-#include "storage.h"
+#include "limits.h"
+
+#include <math.h>
 
 #include "utils/builtins.h"
 
@@ -28,7 +37,24 @@ PG_FUNCTION_INFO_V1(pgjq_purge);
 
 #define MAX_ATTEMPTS_LIMIT 10000
 
-/* Read arguments 1..5 (lease .. retention); unset ones stay -1. */
+/* An optional limit argument: -1 when NULL, else 0 .. 1000000. */
+static int32
+limit_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	int32		v;
+
+	if (PG_ARGISNULL(argno))
+		return -1;
+	v = PG_GETARG_INT32(argno);
+	if (v < 0 || v > 1000000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between 0 and 1000000", argname),
+				 errhint("0 means no limit.")));
+	return v;
+}
+
+/* Read arguments 1..9 (lease .. burst); unset ones stay -1. */
 static void
 read_settings(FunctionCallInfo fcinfo, PgjqQueueSettings *s)
 {
@@ -46,6 +72,21 @@ read_settings(FunctionCallInfo fcinfo, PgjqQueueSettings *s)
 	s->backoff_base_us = pgjq_arg_interval(fcinfo, 3, "backoff_base", 0, true, 7 * USECS_PER_DAY, -1);
 	s->backoff_max_us = pgjq_arg_interval(fcinfo, 4, "backoff_max", 0, true, 30 * USECS_PER_DAY, -1);
 	s->retention_us = pgjq_arg_interval(fcinfo, 5, "retention", 0, true, 3650 * USECS_PER_DAY, -1);
+	s->concurrency = limit_arg(fcinfo, 6, "concurrency");
+	s->key_concurrency = limit_arg(fcinfo, 7, "key_concurrency");
+	if (PG_ARGISNULL(8))
+		s->rate = -1;
+	else
+	{
+		s->rate = PG_GETARG_FLOAT8(8);
+		if (isnan(s->rate) || s->rate < 0 || s->rate > 1e6)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("rate must be between 0 and 1000000 per second")));
+	}
+	s->burst = limit_arg(fcinfo, 9, "burst");
+	if (s->concurrency > 0 || s->key_concurrency > 0 || s->rate > 0 || s->burst > 0)
+		pgjq_limits_require_shmem("a queue limit");
 }
 
 static void
@@ -149,6 +190,8 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	queue_or_error(name, &queue);
 	pgjq_storage_queue_set_paused(queue.queue_id, paused);
 	pgjq_storage_end();
+	if (!paused)
+		pgjq_wait_note_ready(queue.queue_id, PG_INT32_MAX);
 }
 
 Datum

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.c
- *	  pgjq's shared memory: one slot per database worker, used to wake the
- *	  worker when a producer commits a job due before the worker's next
- *	  planned wake-up.
+ *	  pgjq's shared memory: its allocation (worker slots here, limit
+ *	  counters in limits.c, waiting claims in wait.c) and the worker slots,
+ *	  used to wake a database's worker when a producer commits a job due
+ *	  before the worker's next planned wake-up.
  *
  * Everything here is soft state: lost on restart and rebuilt as workers
  * attach.  Protocol (no lost wake-up, no polling):
@@ -20,6 +21,7 @@
  *-------------------------------------------------------------------------
  */
 #include "pgjq.h"
+#include "limits.h"
 
 #include "access/xact.h"
 #include "miscadmin.h"
@@ -70,8 +72,10 @@ request_shmem(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 #endif
-	RequestAddinShmemSpace(shared_size());
-	RequestNamedLWLockTranche("pgjq", 1);
+	RequestAddinShmemSpace(add_size(shared_size(),
+									add_size(pgjq_limits_shmem_size(), pgjq_wait_shmem_size())));
+	/* 0: worker slots, 1: limit counters, 2: waiters */
+	RequestNamedLWLockTranche("pgjq", 3);
 }
 
 static void
@@ -91,6 +95,8 @@ startup_shmem(void)
 		for (int i = 0; i < PGJQ_MAX_DATABASES; i++)
 			pg_atomic_init_u64(&pgjq_state->slots[i].next_due, (uint64) DT_NOEND);
 	}
+	pgjq_limits_shmem_init(found);
+	pgjq_wait_shmem_init(found);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -106,6 +112,8 @@ pgjq_shmem_init(void)
 #endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = startup_shmem;
+	pgjq_limits_startup();
+	pgjq_wait_startup();
 }
 
 /* True when pgjq was preloaded and its shared memory exists. */

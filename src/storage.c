@@ -15,6 +15,8 @@
 #include "utils/lsyscache.h"
 
 MemoryContext pgjq_result_cxt = NULL;
+PgjqLeftRunningHook pgjq_left_running_hook = NULL;
+PgjqBecameReadyHook pgjq_became_ready_hook = NULL;
 
 void
 pgjq_storage_begin(void)

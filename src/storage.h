@@ -31,10 +31,17 @@ typedef struct PgjqQueue
 	int64		backoff_base_us;
 	int64		backoff_max_us;
 	int64		retention_us;
+	int32		concurrency;	/* 0 = no limit */
+	int32		key_concurrency;	/* 0 = no limit */
+	double		rate;			/* claims started per second; 0 = no limit */
+	int32		burst;			/* bucket size for rate */
 	bool		paused;
 } PgjqQueue;
 
-/* Settings for create_queue/alter_queue; a negative value means "unset". */
+/*
+ * Settings for create_queue/alter_queue; a negative value means "unset"
+ * (and for the limits, 0 means "no limit").
+ */
 typedef struct PgjqQueueSettings
 {
 	int64		lease_us;
@@ -42,7 +49,38 @@ typedef struct PgjqQueueSettings
 	int64		backoff_base_us;
 	int64		backoff_max_us;
 	int64		retention_us;
+	int32		concurrency;
+	int32		key_concurrency;
+	double		rate;
+	int32		burst;
 } PgjqQueueSettings;
+
+/*
+ * How many jobs of a fair key a claim may take: reserve() is asked before a
+ * round with how many the round may pick and returns how many it may
+ * (reserving them); release() gives back part of a reservation before the
+ * round; settle() is told afterwards how many were picked.  Set up
+ * by the API layer from the queue's limits (limits.c).
+ */
+typedef struct PgjqClaimQuota
+{
+	int			(*reserve) (struct PgjqClaimQuota *quota, const char *fair_key, int want);
+	void		(*settle) (struct PgjqClaimQuota *quota, const char *fair_key, int reserved, int picked);
+	void		(*release) (struct PgjqClaimQuota *quota, const char *fair_key, int n);
+	const PgjqQueue *queue;
+	void	   *state;
+} PgjqClaimQuota;
+
+/*
+ * Engine events that shared-memory features follow; NULL without
+ * shared_preload_libraries.  left_running: n jobs of (queue, fair_key) stop
+ * running when the current transaction commits.  became_ready: n jobs of the
+ * queue become claimable when it commits.
+ */
+typedef void (*PgjqLeftRunningHook) (int32 queue_id, const char *fair_key, int n);
+typedef void (*PgjqBecameReadyHook) (int32 queue_id, int n);
+extern PgjqLeftRunningHook pgjq_left_running_hook;
+extern PgjqBecameReadyHook pgjq_became_ready_hook;
 
 /* Jobs to enqueue: arrays of n, plus values shared by all of them. */
 typedef struct PgjqNewJobs
@@ -128,7 +166,8 @@ extern char pgjq_outcome_failed(const PgjqRunningJob *job, const char *error,
 /* storage_claim.c */
 extern int	pgjq_storage_claim(const PgjqQueue *queue, int batch,
 							   TimestampTz lease_until, const char *worker,
-							   int64 *token, PgjqClaimedJob **jobs);
+							   PgjqClaimQuota *quota, int64 *token,
+							   PgjqClaimedJob *jobs);
 
 /* storage_maintenance.c */
 extern int64 pgjq_storage_promote(TimestampTz now);

@@ -12,9 +12,13 @@
  *	 1. find the smallest priority >= the current one with a ready job;
  *	 2. list up to `remaining` keys at that priority, starting after the key
  *		served last (a loose index scan), wrapping around once;
- *	 3. lock up to ceil(remaining / keys) oldest jobs of each key with FOR
- *		UPDATE SKIP LOCKED, pick them round by round (1st of every key, then
- *		2nd, ...) and lease the picks in the same statement.
+ *	 3. lock up to ceil(remaining / keys) oldest jobs of each key (fewer if
+ *		the key's concurrency limit says so) with FOR UPDATE SKIP LOCKED,
+ *		pick them round by round (1st of every key, then 2nd, ...) and lease
+ *		the picks in the same statement.
+ *
+ * A key at its limit is skipped without touching its jobs: they spend no
+ * attempt and stay unlocked, and later keys fill the batch.
  *
  * A round that leases nothing at a priority (its jobs are locked by other
  * claimers) moves on to the next priority, so the loop ends.  Rows locked but
@@ -57,20 +61,20 @@ static PgjqPlan plan_keys = {
 static PgjqPlan plan_lease = {
 	"WITH c AS ("
 	"  SELECT l.id, k.ord, row_number() OVER (PARTITION BY k.ord ORDER BY l.id) AS rn"
-	"    FROM unnest($3::text[]) WITH ORDINALITY AS k(fair_key, ord)"
+	"    FROM unnest($3::text[], $4::int4[]) WITH ORDINALITY AS k(fair_key, quota, ord)"
 	"   CROSS JOIN LATERAL"
 	"        (SELECT j.id FROM pgjq.job j"
 	"          WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = $2"
 	"            AND j.fair_key = k.fair_key"
 	"          ORDER BY j.queue_id, j.priority, j.fair_key, j.id"
-	"          LIMIT $4 FOR UPDATE SKIP LOCKED) l),"
+	"          LIMIT k.quota FOR UPDATE SKIP LOCKED) l),"
 	" pick AS (SELECT c.id, c.ord, c.rn FROM c ORDER BY c.rn, c.ord LIMIT $5)"
 	" UPDATE pgjq.job j SET state = 'a', attempt = j.attempt + 1, token = $6,"
 	"        lease_until = $7, worker = $8"
 	"   FROM pick WHERE j.id = pick.id"
 	" RETURNING j.id, j.attempt, j.payload, j.fair_key, j.priority, j.enqueued_at,"
 	"           pick.rn, pick.ord",
-	8, {INT4OID, INT2OID, TEXTARRAYOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID, TEXTOID}
+	8, {INT4OID, INT2OID, TEXTARRAYOID, INT4ARRAYOID, INT4OID, INT8OID, TIMESTAMPTZOID, TEXTOID}
 };
 
 /* The key served last, per queue, in this backend. */
@@ -111,30 +115,50 @@ cursor_set(FairCursor *c, const char *key)
 
 /*
  * Append to keys[] up to `limit` keys at priority `prio` that are >= from,
- * and (when upto is not NULL) <= upto.
+ * and (when upto is not NULL) <= upto, asking the quota how many jobs of each
+ * may be taken (keys at their limit are skipped, and the listing goes on past
+ * them).  *last is set to the last key seen.
  */
 static int
 list_keys(int32 queue_id, int16 prio, const char *from, const char *upto,
-		  int limit, Datum *keys, char **keystr, int nkeys)
+		  int limit, int per_key, PgjqClaimQuota *quota,
+		  Datum *keys, char **keystr, int32 *quotas, int nkeys, char **last)
 {
-	Datum		values[4];
+	char	   *start = pstrdup(from);
 
-	values[0] = Int32GetDatum(queue_id);
-	values[1] = Int16GetDatum(prio);
-	values[2] = CStringGetTextDatum(from);
-	values[3] = Int32GetDatum(limit);
-	pgjq_spi_run(&plan_keys, values, NULL, 0);
-	for (uint64 r = 0; r < SPI_processed; r++)
+	for (;;)
 	{
-		bool		isnull;
-		char	   *k = TextDatumGetCString(pgjq_spi_get(r, 1, &isnull));
+		Datum		values[4];
+		int			seen;
 
-		if (upto && strcmp(k, upto) > 0)
-			break;
-		keystr[nkeys] = k;
-		keys[nkeys++] = CStringGetTextDatum(k);
+		values[0] = Int32GetDatum(queue_id);
+		values[1] = Int16GetDatum(prio);
+		values[2] = CStringGetTextDatum(start);
+		values[3] = Int32GetDatum(limit);
+		pgjq_spi_run(&plan_keys, values, NULL, 0);
+		seen = (int) SPI_processed;
+		for (int r = 0; r < seen && limit > 0; r++)
+		{
+			bool		isnull;
+			char	   *k = TextDatumGetCString(pgjq_spi_get(r, 1, &isnull));
+			int			granted;
+
+			if (upto && strcmp(k, upto) > 0)
+				return nkeys;
+			*last = k;
+			granted = quota->reserve(quota, k, per_key);
+			if (granted <= 0)
+				continue;
+			keystr[nkeys] = k;
+			quotas[nkeys] = granted;
+			keys[nkeys++] = CStringGetTextDatum(k);
+			limit--;
+		}
+		/* fewer rows than asked: no more keys; else go on after the last one */
+		if (limit == 0 || seen < DatumGetInt32(values[3]))
+			return nkeys;
+		start = psprintf("%s\x01", *last);
 	}
-	return nkeys;
 }
 
 typedef struct Pick
@@ -158,19 +182,21 @@ pick_cmp(const void *a, const void *b)
 }
 
 /*
- * Lease up to `batch` ready jobs of the queue in fair order.  Returns how
- * many; *jobs (in the result context) holds them in claim order and *token
- * their fencing token, drawn only once a ready job has been seen (an empty
- * poll costs no sequence call).
+ * Lease up to `batch` ready jobs of the queue in fair order, appending them
+ * to jobs[] (room for batch, in the result context).  Returns how many.
+ * *token is drawn from the sequence the first time a ready job is seen (an
+ * empty poll costs no sequence call) and reused when already set.  The quota
+ * bounds what each fair key may give.
  */
 int
 pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
-				   const char *worker, int64 *token, PgjqClaimedJob **jobs)
+				   const char *worker, PgjqClaimQuota *quota, int64 *token,
+				   PgjqClaimedJob *jobs)
 {
 	FairCursor *cursor = cursor_for(queue->queue_id);
-	PgjqClaimedJob *out = MemoryContextAlloc(pgjq_result_cxt, sizeof(PgjqClaimedJob) * batch);
 	Datum	   *keys = palloc(sizeof(Datum) * batch);
 	char	  **keystr = palloc(sizeof(char *) * batch);
+	int32	   *quotas = palloc(sizeof(int32) * batch);
 	int			nout = 0;
 	int			prio = PG_INT16_MIN;
 
@@ -178,12 +204,15 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	{
 		int			remaining = batch - nout;
 		int			nkeys;
+		int			per_key;
 		int16		p;
-		Datum		values[8];
-		char		nulls[9] = "        ";
+		Datum		values[9];
+		char		nulls[10] = "         ";
 		bool		isnull;
 		Pick	   *picks;
 		int			npicks;
+		int		   *picked;
+		char	   *last = NULL;
 
 		CHECK_FOR_INTERRUPTS();
 
@@ -196,21 +225,31 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		p = DatumGetInt16(pgjq_spi_get(0, 1, &isnull));
 
 		/*
-		 * 2. keys after the cursor, then from the start up to the cursor.
-		 * The smallest text greater than s is s || E'\x01' (text has no NUL).
+		 * 2. keys after the cursor, then from the start up to the cursor,
+		 * each with its quota.  Each key may give ceil(remaining / keys), but
+		 * the number of keys is known only after listing: ask for `remaining`
+		 * per key, then trim below.  The smallest text greater than s is
+		 * s || E'\x01' (text has no NUL).
 		 */
-		{
-			char	   *after = psprintf("%s\x01", cursor->key);
-
-			nkeys = list_keys(queue->queue_id, p, after, NULL, remaining, keys, keystr, 0);
-			if (nkeys < remaining)
-				nkeys = list_keys(queue->queue_id, p, "", cursor->key, remaining - nkeys,
-								  keys, keystr, nkeys);
-		}
+		per_key = remaining;
+		nkeys = list_keys(queue->queue_id, p, psprintf("%s\x01", cursor->key), NULL,
+						  remaining, per_key, quota, keys, keystr, quotas, 0, &last);
+		if (nkeys < remaining)
+			nkeys = list_keys(queue->queue_id, p, "", cursor->key, remaining - nkeys, per_key,
+							  quota, keys, keystr, quotas, nkeys, &last);
 		if (nkeys == 0)
 		{
 			prio = p + 1;
 			continue;
+		}
+		per_key = (remaining + nkeys - 1) / nkeys;
+		for (int k = 0; k < nkeys; k++)
+		{
+			if (quotas[k] > per_key)
+			{
+				quota->release(quota, keystr[k], quotas[k] - per_key);
+				quotas[k] = per_key;
+			}
 		}
 
 		/* 3. lock and lease, round by round across the keys */
@@ -219,7 +258,13 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		values[0] = Int32GetDatum(queue->queue_id);
 		values[1] = Int16GetDatum(p);
 		values[2] = PointerGetDatum(construct_array(keys, nkeys, TEXTOID, -1, false, TYPALIGN_INT));
-		values[3] = Int32GetDatum((remaining + nkeys - 1) / nkeys);
+		{
+			Datum	   *qd = palloc(sizeof(Datum) * nkeys);
+
+			for (int k = 0; k < nkeys; k++)
+				qd[k] = Int32GetDatum(quotas[k]);
+			values[3] = PointerGetDatum(construct_array(qd, nkeys, INT4OID, 4, true, TYPALIGN_INT));
+		}
 		values[4] = Int32GetDatum(remaining);
 		values[5] = Int64GetDatum(*token);
 		values[6] = TimestampTzGetDatum(lease_until);
@@ -230,12 +275,8 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		pgjq_spi_run(&plan_lease, values, nulls, 0);
 
 		npicks = (int) SPI_processed;
-		if (npicks == 0)
-		{
-			prio = p + 1;
-			continue;
-		}
-		picks = palloc(sizeof(Pick) * npicks);
+		picked = palloc0(sizeof(int) * nkeys);
+		picks = palloc(sizeof(Pick) * Max(npicks, 1));
 		for (int r = 0; r < npicks; r++)
 		{
 			Pick	   *pk = &picks[r];
@@ -248,6 +289,7 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 			pk->job.enqueued_at = DatumGetTimestampTz(pgjq_spi_get(r, 6, &isnull));
 			pk->rn = pgjq_spi_get_int64(r, 7);
 			pk->ord = pgjq_spi_get_int64(r, 8);
+			picked[pk->ord - 1]++;
 			old = MemoryContextSwitchTo(pgjq_result_cxt);
 			pk->job.payload = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &isnull);
 			pk->job.payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(pk->job.payload));
@@ -256,13 +298,19 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 				PointerGetDatum(PG_DETOAST_DATUM_COPY(fk));
 			MemoryContextSwitchTo(old);
 		}
+		for (int k = 0; k < nkeys; k++)
+			quota->settle(quota, keystr[k], quotas[k], picked[k]);
+		if (npicks == 0)
+		{
+			prio = p + 1;
+			continue;
+		}
 		qsort(picks, npicks, sizeof(Pick), pick_cmp);
 		for (int r = 0; r < npicks; r++)
-			out[nout++] = picks[r].job;
+			jobs[nout++] = picks[r].job;
 		cursor_set(cursor, keystr[picks[npicks - 1].ord - 1]);
 		/* stay at this priority: it may still have ready jobs */
 		prio = p;
 	}
-	*jobs = out;
 	return nout;
 }

@@ -25,11 +25,12 @@
 	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key," \
 	" attempt, max_attempts, token, enqueued_at, finished_at, worker, last_error, payload) "
 
+/* RETURNING of a finishing statement: state, then what report_left_running() reads */
 #define HISTORY_FROM_D(state, finished, error, payload) \
 	HISTORY_COLUMNS \
 	"SELECT d.id, d.queue_id, " state ", d.priority, d.fair_key, d.dedup_key," \
 	" d.attempt, d.max_attempts, d.token, d.enqueued_at, " finished ", d.worker, " \
-	error ", " payload " FROM d RETURNING state"
+	error ", " payload " FROM d RETURNING state, queue_id, fair_key"
 
 static PgjqPlan plan_enqueue_one = {
 	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
@@ -71,11 +72,14 @@ static PgjqPlan plan_complete = {
 	"       SELECT d.id, d.queue_id, 'x', d.priority, d.fair_key, d.dedup_key, d.attempt,"
 	"              d.max_attempts, d.token, d.enqueued_at, $3, d.worker, d.last_error, NULL"
 	"         FROM d WHERE d.cancel_requested)"
-	" INSERT INTO pgjq.job_done (queue_id, finished_at, min_id, max_id, ids, attempts, enqueued_at)"
-	" SELECT d.queue_id, $3, min(d.id), max(d.id), array_agg(d.id ORDER BY d.id),"
-	"        array_agg(d.attempt ORDER BY d.id), array_agg(d.enqueued_at ORDER BY d.id)"
-	"   FROM d WHERE NOT d.cancel_requested GROUP BY d.queue_id"
-	" RETURNING cardinality(ids)",
+	" , c AS (INSERT INTO pgjq.job_done (queue_id, finished_at, min_id, max_id, ids, attempts,"
+	"                                  enqueued_at)"
+	"         SELECT d.queue_id, $3, min(d.id), max(d.id), array_agg(d.id ORDER BY d.id),"
+	"                array_agg(d.attempt ORDER BY d.id), array_agg(d.enqueued_at ORDER BY d.id)"
+	"           FROM d WHERE NOT d.cancel_requested GROUP BY d.queue_id)"
+	" SELECT d.queue_id, d.fair_key, count(*)::int4,"
+	"        (count(*) FILTER (WHERE NOT d.cancel_requested))::int4"
+	"   FROM d GROUP BY d.queue_id, d.fair_key",
 	3, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID}
 };
 
@@ -91,7 +95,7 @@ static PgjqPlan plan_reschedule = {
 	"UPDATE pgjq.job SET state = 's', run_at = $2, lease_until = NULL,"
 	"       last_error = COALESCE($3, last_error),"
 	"       attempt = attempt - CASE WHEN $4 THEN 1 ELSE 0 END"
-	" WHERE id = $1",
+	" WHERE id = $1 RETURNING queue_id, fair_key",
 	4, {INT8OID, TIMESTAMPTZOID, TEXTOID, BOOLOID}
 };
 
@@ -146,9 +150,34 @@ static PgjqPlan plan_retry_dead = {
 	" SELECT d.id, d.queue_id, 'r', d.priority, d.fair_key, d.dedup_key, 0, d.max_attempts,"
 	"        d.token, d.enqueued_at, $3, d.worker, d.last_error, false,"
 	"        COALESCE(d.payload, '{}')"
-	"   FROM d",
+	"   FROM d"
+	" RETURNING queue_id",
 	3, {INT4OID, INT8ARRAYOID, TIMESTAMPTZOID}
 };
+
+/*
+ * Tell the left-running hook about the rows of the last statement, whose
+ * columns col and col + 1 are queue_id and fair_key (one job per row).
+ */
+static void
+report_left_running_at(int col)
+{
+	if (pgjq_left_running_hook == NULL)
+		return;
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+
+		pgjq_left_running_hook(DatumGetInt32(pgjq_spi_get(r, col, &isnull)),
+							   TextDatumGetCString(pgjq_spi_get(r, col + 1, &isnull)), 1);
+	}
+}
+
+static void
+report_left_running(void)
+{
+	report_left_running_at(1);
+}
 
 static int64
 next_value(const char *seqname)
@@ -352,6 +381,8 @@ pgjq_storage_enqueue(int32 queue_id, PgjqNewJobs *jobs)
 		CHECK_FOR_INTERRUPTS();
 		npending = enqueue_round(queue_id, jobs, pending, npending, assigned, resolved);
 	}
+	if (pgjq_became_ready_hook && jobs->run_at <= jobs->enqueued_at)
+		pgjq_became_ready_hook(queue_id, jobs->n);
 }
 
 /*
@@ -375,7 +406,11 @@ pgjq_storage_complete(int n, Datum *ids, Datum *tokens, TimestampTz now)
 	{
 		bool		isnull;
 
-		completed += DatumGetInt32(pgjq_spi_get(r, 1, &isnull));
+		completed += DatumGetInt32(pgjq_spi_get(r, 4, &isnull));
+		if (pgjq_left_running_hook)
+			pgjq_left_running_hook(DatumGetInt32(pgjq_spi_get(r, 1, &isnull)),
+								   TextDatumGetCString(pgjq_spi_get(r, 2, &isnull)),
+								   DatumGetInt32(pgjq_spi_get(r, 3, &isnull)));
 	}
 	return completed;
 }
@@ -421,6 +456,7 @@ pgjq_storage_reschedule(int64 id, TimestampTz run_at, const char *error, bool gi
 		nulls[2] = 'n';
 	values[3] = BoolGetDatum(give_back_attempt);
 	pgjq_spi_run(&plan_reschedule, values, nulls, 0);
+	report_left_running();
 }
 
 /*
@@ -434,6 +470,7 @@ pgjq_storage_finish(int64 id, int64 token, char state, const char *error, Timest
 	Datum		values[5];
 	char		nulls[6] = "     ";
 	bool		isnull;
+	char		state_out;
 
 	pgjq_history_ensure(now);
 	values[0] = Int64GetDatum(id);
@@ -447,7 +484,9 @@ pgjq_storage_finish(int64 id, int64 token, char state, const char *error, Timest
 	pgjq_spi_run(&plan_finish, values, nulls, 0);
 	if (SPI_processed == 0)
 		return '\0';
-	return DatumGetChar(pgjq_spi_get(0, 1, &isnull));
+	state_out = DatumGetChar(pgjq_spi_get(0, 1, &isnull));
+	report_left_running_at(2);
+	return state_out;
 }
 
 /* Finish (id, token) as cancelled if its cancellation was requested. */
@@ -458,6 +497,7 @@ pgjq_storage_finish_if_cancelled(int64 id, int64 token, TimestampTz now)
 
 	pgjq_history_ensure(now);
 	pgjq_spi_run(&plan_finish_if_cancelled, values, NULL, 0);
+	report_left_running_at(2);
 	return SPI_processed > 0;
 }
 
@@ -519,5 +559,7 @@ pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz now)
 		nulls[1] = 'n';
 	values[2] = TimestampTzGetDatum(now);
 	pgjq_spi_run(&plan_retry_dead, values, nulls, 0);
+	if (pgjq_became_ready_hook && SPI_processed > 0)
+		pgjq_became_ready_hook(queue_id, (int) Min(SPI_processed, PG_INT32_MAX));
 	return (int64) SPI_processed;
 }

@@ -16,11 +16,12 @@
 #define PROMOTE_CHUNK 10000
 
 static PgjqPlan plan_promote = {
-	"UPDATE pgjq.job j SET state = 'r'"
-	"  FROM (SELECT id FROM pgjq.job"
-	"         WHERE state = 's' AND run_at <= $1"
-	"         ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED) d"
-	" WHERE j.id = d.id",
+	"WITH p AS (UPDATE pgjq.job j SET state = 'r'"
+	"             FROM (SELECT id FROM pgjq.job"
+	"                    WHERE state = 's' AND run_at <= $1"
+	"                    ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED) d"
+	"            WHERE j.id = d.id RETURNING j.queue_id)"
+	" SELECT queue_id, count(*)::int4 FROM p GROUP BY queue_id",
 	2, {TIMESTAMPTZOID, INT4OID}
 };
 
@@ -49,11 +50,21 @@ pgjq_storage_promote(TimestampTz now)
 	for (;;)
 	{
 		Datum		values[2] = {TimestampTzGetDatum(now), Int32GetDatum(PROMOTE_CHUNK)};
+		int64		n = 0;
 
 		CHECK_FOR_INTERRUPTS();
 		pgjq_spi_run(&plan_promote, values, NULL, 0);
-		total += SPI_processed;
-		if (SPI_processed < PROMOTE_CHUNK)
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			bool		isnull;
+			int32		count = DatumGetInt32(pgjq_spi_get(r, 2, &isnull));
+
+			n += count;
+			if (pgjq_became_ready_hook)
+				pgjq_became_ready_hook(DatumGetInt32(pgjq_spi_get(r, 1, &isnull)), count);
+		}
+		total += n;
+		if (n < PROMOTE_CHUNK)
 			break;
 	}
 	return total;

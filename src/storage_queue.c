@@ -24,15 +24,20 @@
 #define PGJQ_LOCKTAG_QUEUE	0x706A
 
 static PgjqPlan plan_get = {
-	"SELECT queue_id, lease, max_attempts, backoff_base, backoff_max, retention, paused"
+	"SELECT queue_id, lease, max_attempts, backoff_base, backoff_max, retention, paused,"
+	"       coalesce(concurrency, 0), coalesce(key_concurrency, 0), coalesce(rate, 0),"
+	"       coalesce(burst, 0)"
 	"  FROM pgjq.queue WHERE name = $1",
 	1, {TEXTOID}
 };
 
 static PgjqPlan plan_insert = {
-	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention)"
-	" VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING RETURNING queue_id",
-	6, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID}
+	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention,"
+	"                        concurrency, key_concurrency, rate, burst)"
+	" VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), nullif($8, 0), nullif($9, 0), nullif($10, 0))"
+	" ON CONFLICT (name) DO NOTHING RETURNING queue_id",
+	10, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
+	INT4OID, INT4OID, FLOAT8OID, INT4OID}
 };
 
 static PgjqPlan plan_update = {
@@ -40,9 +45,14 @@ static PgjqPlan plan_update = {
 	"       max_attempts = COALESCE($3, max_attempts),"
 	"       backoff_base = COALESCE($4, backoff_base),"
 	"       backoff_max = COALESCE($5, backoff_max),"
-	"       retention = COALESCE($6, retention)"
+	"       retention = COALESCE($6, retention),"
+	"       concurrency = CASE WHEN $7 IS NULL THEN concurrency ELSE nullif($7, 0) END,"
+	"       key_concurrency = CASE WHEN $8 IS NULL THEN key_concurrency ELSE nullif($8, 0) END,"
+	"       rate = CASE WHEN $9 IS NULL THEN rate ELSE nullif($9, 0) END,"
+	"       burst = CASE WHEN $10 IS NULL THEN burst ELSE nullif($10, 0) END"
 	" WHERE queue_id = $1",
-	6, {INT4OID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID}
+	10, {INT4OID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
+	INT4OID, INT4OID, FLOAT8OID, INT4OID}
 };
 
 static PgjqPlan plan_set_paused = {
@@ -56,7 +66,8 @@ static PgjqPlan plan_running = {
 };
 
 static PgjqPlan plan_delete_jobs = {
-	"DELETE FROM pgjq.job WHERE queue_id = $1",
+	"WITH d AS (DELETE FROM pgjq.job WHERE queue_id = $1 RETURNING state, fair_key)"
+	" SELECT fair_key, count(*)::int4 FROM d WHERE state = 'a' GROUP BY fair_key",
 	1, {INT4OID}
 };
 
@@ -105,10 +116,14 @@ pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
 	queue->backoff_max_us = interval_col(5);
 	queue->retention_us = interval_col(6);
 	queue->paused = DatumGetBool(pgjq_spi_get(0, 7, &isnull));
+	queue->concurrency = DatumGetInt32(pgjq_spi_get(0, 8, &isnull));
+	queue->key_concurrency = DatumGetInt32(pgjq_spi_get(0, 9, &isnull));
+	queue->rate = DatumGetFloat8(pgjq_spi_get(0, 10, &isnull));
+	queue->burst = DatumGetInt32(pgjq_spi_get(0, 11, &isnull));
 	return true;
 }
 
-/* Fill values/nulls $2..$6 from settings (negative = NULL). */
+/* Fill values/nulls $2..$10 from settings (negative = NULL). */
 static void
 settings_params(const PgjqQueueSettings *s, Datum *values, char *nulls)
 {
@@ -125,13 +140,21 @@ settings_params(const PgjqQueueSettings *s, Datum *values, char *nulls)
 		values[i + 1] = iv[i] < 0 ? (Datum) 0 : pgjq_interval_datum(iv[i]);
 		nulls[i + 1] = iv[i] < 0 ? 'n' : ' ';
 	}
+	values[6] = Int32GetDatum(s->concurrency);
+	nulls[6] = s->concurrency < 0 ? 'n' : ' ';
+	values[7] = Int32GetDatum(s->key_concurrency);
+	nulls[7] = s->key_concurrency < 0 ? 'n' : ' ';
+	values[8] = Float8GetDatum(s->rate);
+	nulls[8] = s->rate < 0 ? 'n' : ' ';
+	values[9] = Int32GetDatum(s->burst);
+	nulls[9] = s->burst < 0 ? 'n' : ' ';
 }
 
 bool
 pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s)
 {
-	Datum		values[6];
-	char		nulls[7] = "      ";
+	Datum		values[10];
+	char		nulls[11] = "          ";
 
 	values[0] = CStringGetTextDatum(name);
 	settings_params(s, values, nulls);
@@ -142,8 +165,8 @@ pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s)
 void
 pgjq_storage_queue_update(int32 queue_id, const PgjqQueueSettings *s)
 {
-	Datum		values[6];
-	char		nulls[7] = "      ";
+	Datum		values[10];
+	char		nulls[11] = "          ";
 
 	values[0] = Int32GetDatum(queue_id);
 	settings_params(s, values, nulls);
@@ -177,6 +200,15 @@ pgjq_storage_queue_delete(int32 queue_id)
 	Datum		values[1] = {Int32GetDatum(queue_id)};
 
 	pgjq_spi_run(&plan_delete_jobs, values, NULL, 0);
+	if (pgjq_left_running_hook)
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			bool		isnull;
+
+			pgjq_left_running_hook(queue_id,
+								   TextDatumGetCString(pgjq_spi_get(r, 1, &isnull)),
+								   DatumGetInt32(pgjq_spi_get(r, 2, &isnull)));
+		}
 	pgjq_spi_run(&plan_delete, values, NULL, 0);
 }
 

@@ -1,0 +1,38 @@
+/*-------------------------------------------------------------------------
+ *
+ * limits.h
+ *	  Concurrency and rate limits kept in shared memory (limits.c), and the
+ *	  wake-ups of waiting claims (wait.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PGJQ_LIMITS_H
+#define PGJQ_LIMITS_H
+
+#include "storage.h"
+
+/* limits.c */
+extern Size pgjq_limits_shmem_size(void);
+extern void pgjq_limits_shmem_init(bool found);
+extern void pgjq_limits_startup(void);
+extern bool pgjq_queue_has_limits(const PgjqQueue *queue);
+extern void pgjq_limits_require_shmem(const char *what);
+extern int	pgjq_limits_reserve_queue(const PgjqQueue *queue, int want);
+extern void pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used);
+extern void pgjq_limits_rebuild_if_needed(void);
+extern void pgjq_limits_init_quota(PgjqClaimQuota *quota, const PgjqQueue *queue);
+extern bool pgjq_limits_quota_cut_short(PgjqClaimQuota *quota);
+extern void pgjq_limits_note_held_back(int32 queue_id);
+
+/* wait.c */
+#define PGJQ_WAIT_MAX_QUEUES 32
+extern Size pgjq_wait_shmem_size(void);
+extern void pgjq_wait_shmem_init(bool found);
+extern void pgjq_wait_startup(void);
+extern void pgjq_wait_register(int nqueues, const int32 *queue_ids);
+extern void pgjq_wait_rearm(void);
+extern void pgjq_wait_unregister(void);
+extern void pgjq_wait_note_ready(int32 queue_id, int n);
+extern void pgjq_wait_wake(Oid dboid, int32 queue_id, int n);
+
+#endif							/* PGJQ_LIMITS_H */
