@@ -260,28 +260,28 @@ CREATE FUNCTION pgjq.enqueue(
 	payload jsonb DEFAULT '{}',
 	delay interval DEFAULT NULL,
 	run_at timestamptz DEFAULT NULL,
-	priority smallint DEFAULT 0,
+	priority integer DEFAULT 0,
 	fair_key text DEFAULT NULL,
 	dedup_key text DEFAULT NULL,
 	max_attempts integer DEFAULT NULL)
 RETURNS bigint
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_enqueue';
-COMMENT ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, smallint, text, text, integer) IS 'add one job; returns its id (or the existing job''s id for a duplicate dedup_key)';
+COMMENT ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer) IS 'add one job; returns its id (or the existing job''s id for a duplicate dedup_key)';
 
 CREATE FUNCTION pgjq.enqueue_many(
 	queue text,
 	payloads jsonb[],
 	delay interval DEFAULT NULL,
 	run_at timestamptz DEFAULT NULL,
-	priority smallint DEFAULT 0,
+	priority integer DEFAULT 0,
 	fair_keys text[] DEFAULT NULL,
 	dedup_keys text[] DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 ROWS 100
 AS 'MODULE_PATHNAME', 'pgjq_enqueue_many';
-COMMENT ON FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, smallint, text[], text[]) IS 'add many jobs in one statement; returns their ids in input order';
+COMMENT ON FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[]) IS 'add many jobs in one statement; returns their ids in input order';
 
 /* ---------------------------------------------------------------- claim */
 
@@ -485,8 +485,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgjq FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA pgjq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-	pgjq.enqueue(text, jsonb, interval, timestamptz, smallint, text, text, integer),
-	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, smallint, text[], text[]),
+	pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer),
+	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[]),
 	pgjq.cancel(bigint),
 	pgjq.job(bigint)
 TO pgjq_producer;

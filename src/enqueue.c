@@ -49,10 +49,23 @@ due_time(FunctionCallInfo fcinfo, TimestampTz now)
 	return now + pgjq_arg_interval(fcinfo, 2, "delay", 0, true, MAX_DELAY_US, 0);
 }
 
+/*
+ * The priority argument.  Declared integer so that plain literals and the
+ * int4/int8 parameters drivers bind resolve; stored as smallint.
+ */
 static int16
 priority_arg(FunctionCallInfo fcinfo)
 {
-	return PG_ARGISNULL(4) ? 0 : PG_GETARG_INT16(4);
+	int32		p;
+
+	if (PG_ARGISNULL(4))
+		return 0;
+	p = PG_GETARG_INT32(4);
+	if (p < PG_INT16_MIN || p > PG_INT16_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("priority must be between %d and %d", PG_INT16_MIN, PG_INT16_MAX)));
+	return (int16) p;
 }
 
 static void
