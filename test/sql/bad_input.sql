@@ -318,6 +318,13 @@ SELECT pgjq.cancel(:b_keys);
 SELECT regress.rebase() IS NOT NULL AS rebased;
 
 ---------------------------------------------------------------- other numbers
+-- priority is a smallint's range, given as any integer
+SELECT pgjq.enqueue('qb', priority => 32768);
+SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
+SELECT pgjq.enqueue('qb', priority => -32769);
+SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
+SELECT pgjq.enqueue_many('qb', ARRAY['{}']::jsonb[], priority => 100000);
+SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
 SELECT pgjq.enqueue('qb', max_attempts => 0);
 SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
 SELECT pgjq.enqueue('qb', max_attempts => -2147483648);
