@@ -44,6 +44,16 @@ SELECT pgjq.complete((SELECT array_agg(id ORDER BY id) FROM b WHERE id < (SELECT
 SELECT pgjq.complete((SELECT array_agg(id ORDER BY id) FROM b),
                      (SELECT array_agg(token ORDER BY id) FROM b)) AS completed;
 SELECT regress.counts('qo');
+-- one call may complete jobs of several queues
+SELECT pgjq.create_queue('qo_other');
+SELECT pgjq.enqueue('qo') AS m1 \gset
+SELECT pgjq.enqueue('qo_other') AS m2 \gset
+SELECT token AS m1_token FROM pgjq.claim('qo') \gset
+SELECT token AS m2_token FROM pgjq.claim('qo_other') \gset
+SELECT pgjq.complete(ARRAY[:m1, :m2], ARRAY[:m1_token, :m2_token]) AS completed;
+SELECT queue, state, attempt FROM pgjq.job(:m1) UNION ALL SELECT queue, state, attempt FROM pgjq.job(:m2);
+SELECT regress.counts('qo_other');
+SELECT pgjq.drop_queue('qo_other');
 -- a pair given twice counts once
 SELECT pgjq.enqueue('qo') AS c3 \gset
 SELECT token AS c3_token FROM pgjq.claim('qo') \gset
@@ -316,6 +326,27 @@ SELECT pgjq.retry_dead('qo_nope');
 \echo :SQLSTATE
 SELECT pgjq.retry_dead('qo_dead', ARRAY[NULL::bigint]);
 \echo :SQLSTATE
+-- two dead jobs may share a dedup_key (the key is free again once the first
+-- died); only one of them can be unfinished: the other stays dead, and the
+-- rest of the queue's dead jobs are redriven all the same
+SELECT pgjq.create_queue('qo_dead2', max_attempts => 1);
+DO $$
+DECLARE
+	c record;
+BEGIN
+	FOR i IN 1..3 LOOP
+		PERFORM pgjq.enqueue('qo_dead2', jsonb_build_object('i', i),
+		                     dedup_key => CASE WHEN i < 3 THEN 'same' END);
+		SELECT * INTO c FROM pgjq.claim('qo_dead2');
+		PERFORM pgjq.fail(c.id, c.token, 'fatal');
+	END LOOP;
+END
+$$;
+SELECT regress.counts('qo_dead2');
+SELECT pgjq.retry_dead('qo_dead2') AS redriven;
+SELECT regress.counts('qo_dead2');
+SELECT pgjq.retry_dead('qo_dead2') AS redriven_again;
+SELECT pgjq.drop_queue('qo_dead2');
 -- another queue's dead jobs are not touched
 SELECT pgjq.retry_dead('qo', ARRAY[:d3]) AS other_queue;
 SELECT state FROM pgjq.job(:d3);
