@@ -8,8 +8,8 @@ psql=(psql -X -q -t -A -v ON_ERROR_STOP=1 "$@")
 
 while true; do
 	# one line per job: id|token|payload
-	jobs=$("${psql[@]}" -v q="$queue" -c \
-		"SELECT id || '|' || token || '|' || payload FROM pgjq.claim(:'q', batch => 10, wait => '10 s')")
+	jobs=$("${psql[@]}" -v q="$queue" <<<"SELECT id || '|' || token || '|' || payload
+		FROM pgjq.claim(:'q', batch => 10, wait => '10 s')")
 	[ -z "$jobs" ] && continue
 	ids=() tokens=()
 	while IFS='|' read -r id token payload; do
