@@ -505,5 +505,6 @@ GRANT EXECUTE ON PROCEDURE pgjq.await(text[], interval) TO pgjq_worker;
 
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgjq TO pgjq_admin;
 GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA pgjq TO pgjq_admin;
-REVOKE EXECUTE ON FUNCTION pgjq._limits() FROM pgjq_admin;
+/* queue_stats calls it as the reader: it shows only counters */
+GRANT EXECUTE ON FUNCTION pgjq._limits() TO pgjq_producer, pgjq_worker;
 GRANT SELECT ON pgjq.queue_stats TO pgjq_producer, pgjq_worker, pgjq_admin;

@@ -43,7 +43,7 @@ due_time(FunctionCallInfo fcinfo, TimestampTz now)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("run_at is out of range"),
-					 errdetail("run_at must be finite and at most 10 years ahead.")));
+					 errdetail("run_at must be finite and at most 3650 days ahead.")));
 		return run_at;
 	}
 	return now + pgjq_arg_interval(fcinfo, 2, "delay", 0, true, MAX_DELAY_US, 0);
@@ -157,8 +157,11 @@ parallel_keys(FunctionCallInfo fcinfo, int argno, const char *argname, int n,
 		return;
 	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, values, nulls, &count);
 	for (int i = 0; i < count; i++)
-		if (!(*nulls)[i])
-			pgjq_check_key(DatumGetTextPP((*values)[i]), argname, PGJQ_MAX_KEY);
+		if (!(*nulls)[i] && VARSIZE_ANY_EXHDR(DatumGetPointer((*values)[i])) > PGJQ_MAX_KEY)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s element is too long", argname),
+					 errdetail("Element %d has more than %d bytes.", i + 1, PGJQ_MAX_KEY)));
 }
 
 Datum

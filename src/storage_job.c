@@ -136,14 +136,26 @@ static PgjqPlan plan_cancel_running = {
 	1, {INT8OID}
 };
 
+/*
+ * Of dead jobs sharing a dedup_key only the newest is redriven, and none
+ * whose key an unfinished job holds: the unique index stays satisfied.
+ */
 static PgjqPlan plan_retry_dead = {
-	"WITH d AS (DELETE FROM pgjq.job_history h"
-	"            WHERE h.queue_id = $1 AND h.state = 'd'"
+	"WITH c AS (SELECT h.id FROM pgjq.job_history h"
+	"            WHERE h.queue_id = $1 AND h.state = 'd' AND h.dedup_key IS NULL"
 	"              AND ($2::int8[] IS NULL OR h.id = ANY ($2))"
-	"              AND (h.dedup_key IS NULL OR NOT EXISTS"
-	"                   (SELECT 1 FROM pgjq.job j"
-	"                     WHERE j.queue_id = h.queue_id AND j.dedup_key = h.dedup_key))"
-	"           RETURNING h.*)"
+	"           UNION ALL"
+	"           SELECT * FROM (SELECT DISTINCT ON (h.dedup_key) h.id FROM pgjq.job_history h"
+	"                          WHERE h.queue_id = $1 AND h.state = 'd'"
+	"                            AND h.dedup_key IS NOT NULL"
+	"                            AND ($2::int8[] IS NULL OR h.id = ANY ($2))"
+	"                            AND NOT EXISTS (SELECT 1 FROM pgjq.job j"
+	"                                             WHERE j.queue_id = h.queue_id"
+	"                                               AND j.dedup_key = h.dedup_key)"
+	"                          ORDER BY h.dedup_key, h.id DESC) k),"
+	" d AS (DELETE FROM pgjq.job_history h USING c"
+	"        WHERE h.id = c.id AND h.queue_id = $1 AND h.state = 'd'"
+	"       RETURNING h.*)"
 	" INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
 	"        max_attempts, token, enqueued_at, run_at, worker, last_error, cancel_requested,"
 	"        payload)"
