@@ -10,7 +10,7 @@
 \pset pager off
 
 BEGIN;
-SELECT plan(33);
+SELECT plan(38);
 
 -- ----------------------------------------------------------------- PUBLIC
 
@@ -47,35 +47,41 @@ SELECT is_empty(
 
 -- ------------------------------------------------- what each role may run
 
--- The functions each role can execute, directly or through membership.
+-- The public functions and procedures each role can execute, directly or
+-- through membership.  Internal helpers (pgjq._name) are left out here: a
+-- view may need one of them executable by the roles that read it.
 CREATE FUNCTION pg_temp.executable(r name) RETURNS SETOF text LANGUAGE sql AS $$
 	SELECT p.oid::regprocedure::text FROM pg_proc p
-	 WHERE p.pronamespace = 'pgjq'::regnamespace AND has_function_privilege(r, p.oid, 'EXECUTE')
+	 WHERE p.pronamespace = 'pgjq'::regnamespace AND p.proname !~ '^_'
+	   AND has_function_privilege(r, p.oid, 'EXECUTE')
 $$;
 
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pgjq_producer')$$,
 	ARRAY[
-		'pgjq.enqueue(text,jsonb,interval,timestamp with time zone,smallint,text,text,integer)',
-		'pgjq.enqueue_many(text,jsonb[],interval,timestamp with time zone,smallint,text[],text[])',
+		'pgjq.enqueue(text,jsonb,interval,timestamp with time zone,integer,text,text,integer)',
+		'pgjq.enqueue_many(text,jsonb[],interval,timestamp with time zone,integer,text[],text[])',
 		'pgjq.cancel(bigint)',
 		'pgjq.job(bigint)'],
 	'pgjq_producer can execute enqueue, enqueue_many, cancel and job, nothing else');
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pgjq_worker')$$,
 	ARRAY[
-		'pgjq.claim(text,integer,interval,text)',
+		'pgjq.claim(text,integer,interval,text,interval)',
+		'pgjq.claim(text[],integer,interval,text,interval)',
+		'pgjq.await(text[],interval)',
 		'pgjq.complete(bigint,bigint)',
 		'pgjq.complete(bigint[],bigint[])',
 		'pgjq.fail(bigint,bigint,text,interval)',
 		'pgjq.heartbeat(bigint,bigint,interval)',
 		'pgjq.snooze(bigint,bigint,interval)',
 		'pgjq.job(bigint)'],
-	'pgjq_worker can execute claim, complete, fail, heartbeat, snooze and job, nothing else');
+	'pgjq_worker can execute claim (both forms), await, complete (both forms), fail, heartbeat, snooze and job, nothing else');
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pgjq_admin')$$,
-	$$SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'pgjq'::regnamespace$$,
-	'pgjq_admin can execute every pgjq function');
+	$$SELECT p.oid::regprocedure::text FROM pg_proc p
+	   WHERE p.pronamespace = 'pgjq'::regnamespace AND p.proname !~ '^_'$$,
+	'pgjq_admin can execute every public pgjq function and procedure');
 
 -- Relations: the three roles may SELECT queue_stats and nothing else; none
 -- may write anywhere or touch a sequence.
@@ -153,11 +159,21 @@ SELECT is(pg_temp.run_as('pgjq_test_producer', $$SELECT * FROM pgjq.job$$), '425
 	'a producer cannot read pgjq.job');
 SELECT is(pg_temp.run_as('pgjq_test_producer', $$SELECT * FROM pgjq.queue_stats$$), 'ok',
 	'a producer can read queue_stats');
+SELECT is(pg_temp.run_as('pgjq_test_worker', $$SELECT * FROM pgjq.queue_stats$$), 'ok',
+	'a worker can read queue_stats');
+SELECT is(pg_temp.run_as('pgjq_test_admin', $$SELECT * FROM pgjq.queue_stats$$), 'ok',
+	'an admin can read queue_stats');
+SELECT is(pg_temp.run_as('pgjq_test_admin', $$SELECT * FROM pgjq.list_queues()$$), 'ok',
+	'an admin can list queues');
+SELECT is(pg_temp.run_as('pgjq_test_producer', $$SELECT * FROM pgjq.list_queues()$$), '42501',
+	'a producer cannot list queues');
 SELECT is(pg_temp.run_as('pgjq_test_worker', $$SELECT pgjq.enqueue('privq')$$), '42501',
 	'a worker cannot enqueue');
 SELECT is(pg_temp.run_as('pgjq_test_worker',
 		$$CREATE TEMP TABLE leases AS SELECT id, token FROM pgjq.claim('privq', 2)$$), 'ok',
 	'a worker can claim');
+SELECT is(pg_temp.run_as('pgjq_test_worker', $$SELECT pgjq.claim(ARRAY['privq'], 1)$$), 'ok',
+	'a worker can claim from a list of queues');
 SELECT is((SELECT count(*) FROM pg_temp.leases), 2::bigint, 'the worker got two jobs');
 SELECT is(pg_temp.run_as('pgjq_test_worker',
 		$$SELECT pgjq.heartbeat(id, token) FROM pg_temp.leases$$), 'ok',

@@ -107,14 +107,16 @@ CREATE TEMP TABLE leases (id bigint, token bigint, attempt integer, payload json
 SET LOCAL search_path = evil, pg_temp, pg_catalog, public;
 
 INSERT INTO got SELECT 'create_queue', pgjq.create_queue('evilq', lease => '1 hour', max_attempts => 3);
-INSERT INTO got SELECT 'enqueue1', pgjq.enqueue('evilq', '{"n":1}', priority => 1::smallint);
+INSERT INTO got SELECT 'create_queue2', pgjq.create_queue('evilq2');
+INSERT INTO got SELECT 'enqueue1', pgjq.enqueue('evilq', '{"n":1}', priority => 1);
 INSERT INTO got SELECT 'enqueue2', pgjq.enqueue('evilq', '{"n":2}', fair_key => 'k', dedup_key => 'd2');
 INSERT INTO got SELECT 'enqueue2_dup', pgjq.enqueue('evilq', '{"n":22}', fair_key => 'k', dedup_key => 'd2');
 INSERT INTO got SELECT 'enqueue_delayed', pgjq.enqueue('evilq', '{"n":3}', delay => '1 hour');
 INSERT INTO got SELECT 'enqueue_many', i FROM pgjq.enqueue_many('evilq', ARRAY['{"n":4}', '{"n":5}']::jsonb[]) i;
 INSERT INTO got SELECT 'promote', pgjq.promote();
 INSERT INTO got SELECT 'rescue', pgjq.rescue();
-INSERT INTO leases SELECT id, token, attempt, payload, lease_until FROM pgjq.claim('evilq', 10, worker => 'w');
+INSERT INTO leases SELECT id, token, attempt, payload, lease_until FROM pgjq.claim('evilq', 3, worker => 'w');
+INSERT INTO leases SELECT id, token, attempt, payload, lease_until FROM pgjq.claim(ARRAY['evilq2', 'evilq'], 10, worker => 'w');
 -- The first lease (ORDER BY uses the type's default btree class, not "<").
 INSERT INTO got SELECT 'heartbeat', pgjq.heartbeat(id, token, '2 hours') FROM (SELECT * FROM leases ORDER BY payload LIMIT 1) l;
 INSERT INTO got SELECT 'complete', pgjq.complete(id, token) FROM (SELECT * FROM leases ORDER BY payload LIMIT 1) l;
@@ -127,7 +129,7 @@ INSERT INTO got SELECT 'stale_fail', pgjq.fail(id, token) FROM (SELECT * FROM le
 INSERT INTO got SELECT 'cancel', pgjq.cancel(id) FROM (SELECT * FROM leases ORDER BY payload LIMIT 1 OFFSET 1) l;
 INSERT INTO got SELECT 'job_state', j.state FROM (SELECT * FROM leases ORDER BY payload LIMIT 1) l, pgjq.job(l.id) j;
 INSERT INTO got SELECT 'stats', s::text FROM pgjq.queue_stats s;
-INSERT INTO got SELECT 'list_queues', q.max_attempts FROM pgjq.list_queues() q;
+INSERT INTO got SELECT 'list_queues', q.max_attempts FROM pgjq.list_queues() q ORDER BY q.queue LIMIT 1;
 INSERT INTO got SELECT 'maintain', m::text FROM pgjq.maintain() m;
 INSERT INTO got SELECT 'purge', pgjq.purge('evilq');
 
@@ -145,7 +147,7 @@ SELECT is((SELECT count(DISTINCT val) FROM got WHERE step LIKE 'enqueue%'), 5::b
 SELECT is((SELECT val FROM got WHERE step = 'enqueue2_dup'), (SELECT val FROM got WHERE step = 'enqueue2'),
 	'the duplicate got the existing job''s id');
 SELECT is((SELECT count(*) FROM leases), 4::bigint, 'claim handed out the four ready jobs (not the delayed one)');
-SELECT is((SELECT count(DISTINCT token) FROM leases), 1::bigint, 'one claim call, one token');
+SELECT is((SELECT count(DISTINCT token) FROM leases), 2::bigint, 'two claim calls, two tokens');
 SELECT ok((SELECT bool_and(lease_until > now() + '50 minutes' AND lease_until < now() + '70 minutes') FROM leases),
 	'leases end about an hour from now (the queue''s lease), by the real clock');
 SELECT ok((SELECT bool_and(attempt = 1) FROM leases), 'first attempt everywhere');
