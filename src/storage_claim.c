@@ -35,11 +35,36 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
-static PgjqPlan plan_next_priority = {
-	"SELECT priority FROM pgjq.job"
-	" WHERE queue_id = $1 AND state = 'r' AND priority >= $2"
-	" ORDER BY queue_id, priority LIMIT 1",
-	2, {INT4OID, INT2OID}
+/*
+ * One round's listing in one statement: the smallest priority >= $2 with
+ * ready jobs, then up to $4 of its keys >= $3 (part 1: after the cursor) and
+ * up to $4 keys from the start up to the cursor $5 (part 2: the wrap-around).
+ * Both parts are loose index scans.  No row: no ready job at >= $2.
+ */
+#define KEY_AFTER(cte, bound) \
+	"  (SELECT j.fair_key FROM pgjq.job j" \
+	"    WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = (SELECT priority FROM p)" \
+	"      AND j.fair_key >= " bound \
+	"    ORDER BY j.queue_id, j.priority, j.fair_key LIMIT 1)" \
+	"  UNION ALL" \
+	"  SELECT (SELECT j.fair_key FROM pgjq.job j" \
+	"           WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = (SELECT priority FROM p)" \
+	"             AND j.fair_key > " cte ".fair_key" \
+	"           ORDER BY j.queue_id, j.priority, j.fair_key LIMIT 1)"
+
+static PgjqPlan plan_scan = {
+	"WITH RECURSIVE"
+	" p AS (SELECT priority FROM pgjq.job"
+	"        WHERE queue_id = $1 AND state = 'r' AND priority >= $2"
+	"        ORDER BY queue_id, priority LIMIT 1),"
+	" a(fair_key) AS (" KEY_AFTER("a", "$3") " FROM a WHERE a.fair_key IS NOT NULL),"
+	" b(fair_key) AS (" KEY_AFTER("b", "''") " FROM b WHERE b.fair_key < $5)"
+	" SELECT (SELECT priority FROM p), 1, x.fair_key"
+	"   FROM (SELECT fair_key FROM a WHERE fair_key IS NOT NULL LIMIT $4) x"
+	" UNION ALL"
+	" SELECT (SELECT priority FROM p), 2, y.fair_key"
+	"   FROM (SELECT fair_key FROM b WHERE fair_key <= $5 LIMIT $4) y",
+	5, {INT4OID, INT2OID, TEXTOID, INT4OID, TEXTOID}
 };
 
 /* Keys >= $3 at priority $2, in order, at most $4: a loose index scan. */
@@ -216,27 +241,60 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 
 		CHECK_FOR_INTERRUPTS();
 
-		/* 1. the smallest priority with ready jobs */
+		/*
+		 * 1 and 2: the smallest priority with ready jobs and its keys, after
+		 * the cursor first, then from the start up to it.  Each key may give
+		 * ceil(remaining / keys), known only once the keys are listed: ask the
+		 * quota for `remaining` per key, then trim.  The smallest text
+		 * greater than s is s || E'\x01' (text has no NUL).
+		 */
+		per_key = remaining;
 		values[0] = Int32GetDatum(queue->queue_id);
 		values[1] = Int16GetDatum((int16) prio);
-		pgjq_spi_run(&plan_next_priority, values, NULL, 1);
+		values[2] = CStringGetTextDatum(psprintf("%s\x01", cursor->key));
+		values[3] = Int32GetDatum(remaining);
+		values[4] = CStringGetTextDatum(cursor->key);
+		pgjq_spi_run(&plan_scan, values, NULL, 0);
 		if (SPI_processed == 0)
 			break;
 		p = DatumGetInt16(pgjq_spi_get(0, 1, &isnull));
+		{
+			int			nrows = (int) SPI_processed;
+			char	  **rowkeys = palloc(sizeof(char *) * nrows);
+			int		   *parts = palloc(sizeof(int) * nrows);
+			int			inpart[3] = {0, 0, 0};
+			char	   *lastin[3] = {NULL, NULL, NULL};
 
-		/*
-		 * 2. keys after the cursor, then from the start up to the cursor,
-		 * each with its quota.  Each key may give ceil(remaining / keys), but
-		 * the number of keys is known only after listing: ask for `remaining`
-		 * per key, then trim below.  The smallest text greater than s is
-		 * s || E'\x01' (text has no NUL).
-		 */
-		per_key = remaining;
-		nkeys = list_keys(queue->queue_id, p, psprintf("%s\x01", cursor->key), NULL,
-						  remaining, per_key, quota, keys, keystr, quotas, 0, &last);
-		if (nkeys < remaining)
-			nkeys = list_keys(queue->queue_id, p, "", cursor->key, remaining - nkeys, per_key,
-							  quota, keys, keystr, quotas, nkeys, &last);
+			for (int r = 0; r < nrows; r++)
+			{
+				parts[r] = DatumGetInt32(pgjq_spi_get(r, 2, &isnull));
+				rowkeys[r] = TextDatumGetCString(pgjq_spi_get(r, 3, &isnull));
+				inpart[parts[r]]++;
+				lastin[parts[r]] = rowkeys[r];
+			}
+			nkeys = 0;
+			for (int part = 1; part <= 2; part++)
+			{
+				for (int r = 0; r < nrows && nkeys < remaining; r++)
+				{
+					int			granted;
+
+					if (parts[r] != part)
+						continue;
+					granted = quota->reserve(quota, rowkeys[r], per_key);
+					if (granted <= 0)
+						continue;
+					keystr[nkeys] = rowkeys[r];
+					quotas[nkeys] = granted;
+					keys[nkeys++] = CStringGetTextDatum(rowkeys[r]);
+				}
+				/* keys at their limit were skipped: list on past them */
+				if (nkeys < remaining && inpart[part] == remaining)
+					nkeys = list_keys(queue->queue_id, p, psprintf("%s\x01", lastin[part]),
+									  part == 2 ? cursor->key : NULL, remaining - nkeys, per_key,
+									  quota, keys, keystr, quotas, nkeys, &last);
+			}
+		}
 		if (nkeys == 0)
 		{
 			prio = p + 1;
