@@ -13,7 +13,10 @@
  * EXCLUSIVE lock on the parent: concurrent inserts into other partitions go
  * on, and two creators serialize on that lock and re-check after it.
  *
- * Pruning (maintenance only): once a partition's hour has passed it records
+ * Pruning (maintenance only): every bound below is shifted by a grace of
+ * GRACE (passed as $2): a finishing call takes its finish time a moment
+ * before it inserts, so a partition may still receive rows just after its
+ * hour ends.  Once a partition's hour (plus grace) has passed it records
  * which queues have rows in it; when its end plus the longest retention of
  * those queues has passed, it is truncated (space back at once, no dead
  * tuples, no VACUUM) and then dropped when the parent's lock can be had
@@ -40,21 +43,21 @@ static const char *const history_tables[] = {"job_history", "job_done"};
 
 static PgjqPlan plan_to_close = {
 	"SELECT relname FROM pgjq.history_partition"
-	" WHERE queue_ids IS NULL AND upper_bound <= $1"
-	"   AND upper_bound + (SELECT coalesce(max(retention), '0') FROM pgjq.queue) > $1",
-	1, {TIMESTAMPTZOID}
+	" WHERE queue_ids IS NULL AND upper_bound + $2 <= $1"
+	"   AND upper_bound + $2 + (SELECT coalesce(max(retention), '0') FROM pgjq.queue) > $1",
+	2, {TIMESTAMPTZOID, INTERVALOID}
 };
 
 static PgjqPlan plan_expired = {
 	"SELECT hp.relname, hp.queue_ids = '{}' AS emptied, hp.parent"
 	"  FROM pgjq.history_partition hp"
-	" WHERE hp.upper_bound <= $1"
-	"   AND hp.upper_bound + CASE WHEN hp.queue_ids IS NULL"
+	" WHERE hp.upper_bound + $2 <= $1"
+	"   AND hp.upper_bound + $2 + CASE WHEN hp.queue_ids IS NULL"
 	"         THEN (SELECT coalesce(max(q.retention), '0') FROM pgjq.queue q)"
 	"         ELSE (SELECT coalesce(max(q.retention), '0') FROM pgjq.queue q"
 	"                WHERE q.queue_id = ANY (hp.queue_ids)) END <= $1"
 	" ORDER BY hp.upper_bound",
-	1, {TIMESTAMPTZOID}
+	2, {TIMESTAMPTZOID, INTERVALOID}
 };
 
 static PgjqPlan plan_mark_emptied = {
@@ -66,6 +69,9 @@ static PgjqPlan plan_unregister = {
 	"DELETE FROM pgjq.history_partition WHERE relname = $1",
 	1, {NAMEOID}
 };
+
+/* How long after its hour a partition may still receive rows (see header). */
+#define GRACE	(5 * 60 * USECS_PER_SEC)
 
 /* Start of the UTC hour holding ts. */
 static TimestampTz
@@ -177,7 +183,7 @@ pgjq_history_prune(TimestampTz now)
 
 	/* record which queues have rows in each partition whose hour is over */
 	{
-		Datum		values[1] = {TimestampTzGetDatum(now)};
+		Datum		values[2] = {TimestampTzGetDatum(now), pgjq_interval_datum(GRACE)};
 
 		pgjq_spi_run(&plan_to_close, values, NULL, 0);
 		n = (int) SPI_processed;
@@ -197,7 +203,7 @@ pgjq_history_prune(TimestampTz now)
 	}
 
 	{
-		Datum		values[1] = {TimestampTzGetDatum(now)};
+		Datum		values[2] = {TimestampTzGetDatum(now), pgjq_interval_datum(GRACE)};
 
 		pgjq_spi_run(&plan_expired, values, NULL, 0);
 		n = (int) SPI_processed;
