@@ -32,27 +32,36 @@
 	" d.attempt, d.max_attempts, d.token, d.enqueued_at, " finished ", d.worker, " \
 	error ", " payload " FROM d RETURNING state, queue_id, fair_key"
 
-static PgjqPlan plan_enqueue_one = {
-	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
-	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload)"
+/*
+ * Each insert comes in two forms: with ON CONFLICT for jobs with a dedup_key,
+ * and without when none has one (speculative insertion costs an extra WAL
+ * record per row).
+ */
+#define ENQUEUE_ONE \
+	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt," \
+	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload)" \
 	" VALUES ($1, $2, $3, $4, COALESCE($5, ''), $6, 0, $7, 0, $8, $9, false, $10)"
-	" ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING",
-	10, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID,
+#define ENQUEUE_ONE_TYPES \
+	10, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, \
 	TIMESTAMPTZOID, JSONBOID}
-};
-
-static PgjqPlan plan_enqueue_many = {
-	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
-	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload)"
-	" SELECT t.id, $1, $2, $3, COALESCE(t.fair_key, ''), t.dedup_key, 0, $4, 0, $5, $6, false,"
-	"        t.payload"
-	"   FROM unnest($7::int8[], $8::jsonb[], $9::text[], $10::text[])"
+#define ENQUEUE_MANY \
+	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt," \
+	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload)" \
+	" SELECT t.id, $1, $2, $3, COALESCE(t.fair_key, ''), t.dedup_key, 0, $4, 0, $5, $6, false," \
+	"        t.payload" \
+	"   FROM unnest($7::int8[], $8::jsonb[], $9::text[], $10::text[])" \
 	"        AS t(id, payload, fair_key, dedup_key)"
-	" ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
-	" RETURNING id",
-	10, {INT4OID, CHAROID, INT2OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8ARRAYOID,
+#define ENQUEUE_MANY_TYPES \
+	10, {INT4OID, CHAROID, INT2OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8ARRAYOID, \
 	JSONBARRAYOID, TEXTARRAYOID, TEXTARRAYOID}
-};
+#define ON_DEDUP_CONFLICT \
+	" ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
+
+static PgjqPlan plan_enqueue_one = {ENQUEUE_ONE, ENQUEUE_ONE_TYPES};
+static PgjqPlan plan_enqueue_one_dedup = {ENQUEUE_ONE ON_DEDUP_CONFLICT, ENQUEUE_ONE_TYPES};
+static PgjqPlan plan_enqueue_many = {ENQUEUE_MANY " RETURNING id", ENQUEUE_MANY_TYPES};
+static PgjqPlan plan_enqueue_many_dedup = {ENQUEUE_MANY ON_DEDUP_CONFLICT " RETURNING id",
+ENQUEUE_MANY_TYPES};
 
 static PgjqPlan plan_dedup_lookup = {
 	"SELECT t.ord, j.id"
@@ -275,7 +284,8 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 		values[7] = TimestampTzGetDatum(jobs->enqueued_at);
 		values[8] = TimestampTzGetDatum(jobs->run_at > jobs->enqueued_at ? jobs->run_at : jobs->enqueued_at);
 		values[9] = jobs->payloads[i];
-		pgjq_spi_run(&plan_enqueue_one, values, nulls, 0);
+		pgjq_spi_run(nulls[5] == 'n' ? &plan_enqueue_one : &plan_enqueue_one_dedup,
+					 values, nulls, 0);
 		if (SPI_processed == 1)
 		{
 			jobs->ids[i] = assigned[i];
@@ -292,6 +302,7 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 		bool	   *dknulls = palloc(sizeof(bool) * npending);
 		int64	   *sorted = palloc(sizeof(int64) * npending);
 		Datum		values[10];
+		bool		any_dedup = false;
 
 		for (int k = 0; k < npending; k++)
 		{
@@ -304,6 +315,7 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 			fks[k] = fknulls[k] ? (Datum) 0 : jobs->fair_keys[i];
 			dknulls[k] = !jobs->dedup_keys || jobs->dedup_key_nulls[i];
 			dks[k] = dknulls[k] ? (Datum) 0 : jobs->dedup_keys[i];
+			any_dedup |= !dknulls[k];
 		}
 		values[0] = Int32GetDatum(queue_id);
 		values[1] = CharGetDatum(state);
@@ -315,7 +327,7 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 		values[7] = PointerGetDatum(datum_array(payloads, NULL, npending, JSONBOID));
 		values[8] = PointerGetDatum(datum_array(fks, fknulls, npending, TEXTOID));
 		values[9] = PointerGetDatum(datum_array(dks, dknulls, npending, TEXTOID));
-		pgjq_spi_run(&plan_enqueue_many, values, NULL, 0);
+		pgjq_spi_run(any_dedup ? &plan_enqueue_many_dedup : &plan_enqueue_many, values, NULL, 0);
 
 		/* assigned ids ascend with position (one nextval each, in order) */
 		for (uint64 r = 0; r < SPI_processed; r++)
