@@ -445,6 +445,12 @@ RETURNS SETOF record
 LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'pgjq_limits';
 
+/* Internal: true when pgjq was preloaded (its shared memory exists). */
+CREATE FUNCTION pgjq._preloaded()
+RETURNS boolean
+LANGUAGE C STABLE
+AS 'MODULE_PATHNAME', 'pgjq_preloaded';
+
 CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 	SELECT q.name AS queue,
 		   q.paused,
@@ -459,7 +465,7 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 		   q.concurrency,
 		   q.key_concurrency,
 		   q.rate,
-		   l.held_back
+		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back
 	  FROM pgjq.queue q
 	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
 	  LEFT JOIN (SELECT j.queue_id,
@@ -506,5 +512,5 @@ GRANT EXECUTE ON PROCEDURE pgjq.await(text[], interval) TO pgjq_worker;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgjq TO pgjq_admin;
 GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA pgjq TO pgjq_admin;
 /* queue_stats calls it as the reader: it shows only counters */
-GRANT EXECUTE ON FUNCTION pgjq._limits() TO pgjq_producer, pgjq_worker;
+GRANT EXECUTE ON FUNCTION pgjq._limits(), pgjq._preloaded() TO pgjq_producer, pgjq_worker;
 GRANT SELECT ON pgjq.queue_stats TO pgjq_producer, pgjq_worker, pgjq_admin;

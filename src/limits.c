@@ -681,6 +681,14 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 PG_FUNCTION_INFO_V1(pgjq_limits);
+PG_FUNCTION_INFO_V1(pgjq_preloaded);
+
+/* pgjq._preloaded(): whether the shared-memory features are available. */
+Datum
+pgjq_preloaded(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(shared != NULL);
+}
 
 /* pgjq._limits(): this database's queue counters, for queue_stats. */
 Datum

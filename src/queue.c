@@ -50,6 +50,8 @@ limit_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be between 0 and 1000000", argname),
+				 strcmp(argname, "burst") == 0 ?
+				 errhint("0 means the larger of 1 and rate.") :
 				 errhint("0 means no limit.")));
 	return v;
 }
