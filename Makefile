@@ -50,8 +50,7 @@ bench:
 	bench/run
 
 indent:
-	pg_bsd_indent -bad -bap -bbb -bc -bl -cli1 -cp33 -cdb -nce -d0 -di12 -nfc1 -i4 -l79 -lp -lpl -nip -npro -sac -tpg -ts4 -U test/typedefs.list src/*.c src/*.h 2>/dev/null || true
-	rm -f src/*.BAK
+	test/indent-check --fix
 
 indent-check:
 	@test/indent-check

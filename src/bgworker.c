@@ -162,7 +162,7 @@ reconcile(void)
 		LauncherEntry *e = &entries[i];
 		pid_t		pid;
 		bool		running = e->handle != NULL &&
-			GetBackgroundWorkerPid(e->handle, &pid) != BGWH_STOPPED;
+		GetBackgroundWorkerPid(e->handle, &pid) != BGWH_STOPPED;
 
 		if (!e->wanted)
 		{
@@ -190,7 +190,7 @@ reconcile(void)
 		else
 		{
 			long		wait = RESTART_DELAY_MS -
-				(long) ((now - e->started_at) / 1000);
+			(long) ((now - e->started_at) / 1000);
 
 			sleep_ms = Min(sleep_ms, Max(wait, 10));
 		}

@@ -269,7 +269,7 @@ pgjq_limits_rebuild_if_needed(void)
 				hash_search(counters, &c->key, HASH_REMOVE, NULL);
 		for (int i = 0; i < n; i++)
 		{
-			CounterKey keys[2] = {{MyDatabaseId, qids[i], 0}, {MyDatabaseId, qids[i], hashes[i]}};
+			CounterKey	keys[2] = {{MyDatabaseId, qids[i], 0}, {MyDatabaseId, qids[i], hashes[i]}};
 
 			for (int k = 0; k < 2; k++)
 			{

@@ -244,8 +244,8 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		/*
 		 * 1 and 2: the smallest priority with ready jobs and its keys, after
 		 * the cursor first, then from the start up to it.  Each key may give
-		 * ceil(remaining / keys), known only once the keys are listed: ask the
-		 * quota for `remaining` per key, then trim.  The smallest text
+		 * ceil(remaining / keys), known only once the keys are listed: ask
+		 * the quota for `remaining` per key, then trim.  The smallest text
 		 * greater than s is s || E'\x01' (text has no NUL).
 		 */
 		per_key = remaining;

@@ -178,6 +178,7 @@ pgjq_history_prune(TimestampTz now)
 	char	  **names;
 	bool	   *emptied;
 	char	  **parents;
+
 	pgjq_history_ensure(now);
 	pgjq_history_ensure(now + USECS_PER_HOUR);
 
