@@ -14,51 +14,7 @@ CREATE ROLE regress_pgjq_admin IN ROLE pgjq_admin;
 -- whose search_path puts schema evil first, and raise if ever called.  This
 -- runs first in a fresh session, so every prepared statement of pgjq is
 -- planned here, under the hostile search_path.
-CREATE SCHEMA evil;
-GRANT USAGE ON SCHEMA evil TO PUBLIC;
-CREATE FUNCTION evil.trap() RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-	RAISE EXCEPTION 'trap: a shadowing object was called';
-END
-$$;
-CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE FUNCTION evil.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE FUNCTION evil.jsonb_build_object(text, integer) RETURNS jsonb LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE FUNCTION evil.nextval(regclass) RETURNS bigint LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE FUNCTION evil.unnest(anyarray) RETURNS SETOF anyelement LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); END $$;
-CREATE FUNCTION evil.count_step(bigint) RETURNS bigint LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE AGGREGATE evil.count(*) (SFUNC = evil.count_step, STYPE = bigint, INITCOND = '0');
-CREATE FUNCTION evil.eq8(bigint, bigint) RETURNS boolean LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE FUNCTION evil.eq4(integer, integer) RETURNS boolean LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE FUNCTION evil.eqtext(text, text) RETURNS boolean LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE FUNCTION evil.eqchar("char", "char") RETURNS boolean LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE FUNCTION evil.ge2(smallint, smallint) RETURNS boolean LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE FUNCTION evil.lets(timestamptz, timestamptz) RETURNS boolean LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE FUNCTION evil.pluststz(timestamptz, interval) RETURNS timestamptz LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
-CREATE OPERATOR evil.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.eq8);
-CREATE OPERATOR evil.= (LEFTARG = integer, RIGHTARG = integer, FUNCTION = evil.eq4);
-CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.eqtext);
-CREATE OPERATOR evil.= (LEFTARG = "char", RIGHTARG = "char", FUNCTION = evil.eqchar);
-CREATE OPERATOR evil.>= (LEFTARG = smallint, RIGHTARG = smallint, FUNCTION = evil.ge2);
-CREATE OPERATOR evil.<= (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = evil.lets);
-CREATE OPERATOR evil.< (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = evil.lets);
-CREATE OPERATOR evil.+ (LEFTARG = timestamptz, RIGHTARG = interval, FUNCTION = evil.pluststz);
--- a public.now() too, for callers who put public first
-CREATE FUNCTION public.now() RETURNS timestamptz LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM evil.trap(); RETURN NULL; END $$;
+\i test/sql/include/traps.sql
 
 SET ROLE regress_pgjq_admin;
 SET search_path = evil, public, pg_catalog;
@@ -110,6 +66,17 @@ SELECT pgjq.retry_dead('qsec_dead') AS redriven;
 SELECT token AS s_dead_token FROM pgjq.claim('qsec_dead') \gset
 SELECT pgjq.fail(:s_dead, :s_dead_token, 'fatal again');
 SELECT pgjq.retry_dead('qsec_dead', ARRAY[:s_dead]) AS redriven_by_id;
+-- waiting and multi-queue claims, await, limits
+CALL pgjq.await(ARRAY['qsec', 'qsec_dead'], '10 milliseconds');
+SELECT id OPERATOR(pg_catalog.=) :s_dead AS is_s_dead, token AS s_dead_token
+  FROM pgjq.claim(ARRAY['qsec', 'qsec_dead'], 1, wait => '10 milliseconds') \gset
+SELECT :'is_s_dead' AS is_s_dead;
+SELECT pgjq.complete(:s_dead, :s_dead_token);
+SELECT pg_catalog.count(*) AS claimed FROM pgjq.claim(ARRAY['qsec', 'qsec_dead'], 1, wait => '10 milliseconds');
+SELECT pgjq.alter_queue('qsec_dead', concurrency => 1, key_concurrency => 1, rate => 100);
+SELECT pgjq.enqueue('qsec_dead', fair_key => 'k') AS s_lim \gset
+SELECT token AS s_lim_token FROM pgjq.claim('qsec_dead', 5) \gset
+SELECT pgjq.complete(:s_lim, :s_lim_token);
 -- queue administration and maintenance
 SELECT pgjq.pause('qsec');
 SELECT pgjq.resume('qsec');
@@ -173,6 +140,10 @@ SELECT ready FROM pgjq.queue_stats WHERE queue = 'qsec';
 SELECT pgjq.cancel(:p2);
 SELECT count(*) FROM pgjq.claim('qsec');
 \echo :SQLSTATE
+SELECT count(*) FROM pgjq.claim(ARRAY['qsec']);
+\echo :SQLSTATE
+CALL pgjq.await(ARRAY['qsec'], '0');
+\echo :SQLSTATE
 SELECT pgjq.complete(:p1, 1);
 \echo :SQLSTATE
 SELECT pgjq.complete(ARRAY[:p1], ARRAY[1]::bigint[]);
@@ -210,7 +181,8 @@ RESET ROLE;
 
 -- a worker claims and reports outcomes, but cannot enqueue or administer
 SET ROLE regress_pgjq_worker;
-SELECT id AS w1, token AS w1_token FROM pgjq.claim('qsec') \gset
+CALL pgjq.await(ARRAY['qsec'], '0');
+SELECT id AS w1, token AS w1_token FROM pgjq.claim(ARRAY['qsec']) \gset
 SELECT pgjq.heartbeat(:w1, :w1_token) IS NOT NULL AS heartbeat_ok;
 SELECT pgjq.complete(:w1, :w1_token);
 CREATE TEMP TABLE w AS SELECT * FROM pgjq.claim('qsec', 2);
@@ -263,5 +235,32 @@ DELETE FROM pgjq.queue;
 SELECT nextval('pgjq.token_seq');
 \echo :SQLSTATE
 RESET ROLE;
+
+---------------------------------------------------------------- a fresh database
+-- The limit counters of a database are rebuilt from its jobs by the first
+-- call that needs them: here under the hostile search_path, as a non-superuser.
+SELECT current_database() AS regress_db \gset
+SET client_min_messages = warning;
+CREATE DATABASE regress_pgjq_fresh;
+RESET client_min_messages;
+\c regress_pgjq_fresh
+\set VERBOSITY terse
+CREATE EXTENSION pgjq;
+\i test/sql/include/traps.sql
+SET ROLE regress_pgjq_admin;
+SET search_path = evil, public, pg_catalog;
+SELECT pgjq.create_queue('qfresh', concurrency => 1, key_concurrency => 1, rate => 1000);
+SELECT pg_catalog.count(*) AS enqueued
+  FROM pgjq.enqueue_many('qfresh', ARRAY['{}', '{}']::jsonb[], fair_keys => ARRAY['a', 'b']);
+SELECT id AS f_id, token AS f_token FROM pgjq.claim('qfresh', 10) \gset
+SELECT pg_catalog.count(*) AS claimed_at_limit FROM pgjq.claim('qfresh', 10);
+SELECT pgjq.complete(:f_id, :f_token);
+SELECT pg_catalog.count(*) AS claimed FROM pgjq.claim(ARRAY['qfresh'], 10, wait => '10 milliseconds');
+CALL pgjq.await(ARRAY['qfresh'], '10 milliseconds');
+SELECT running, ready, completed FROM pgjq.queue_stats;
+RESET search_path;
+RESET ROLE;
+\c :regress_db
+DROP DATABASE regress_pgjq_fresh;
 
 DROP ROLE regress_pgjq_none, regress_pgjq_producer, regress_pgjq_worker, regress_pgjq_admin;
