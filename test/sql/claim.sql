@@ -126,6 +126,26 @@ SELECT regress.counts('qc_rr1');
 SELECT pgjq.drop_queue('qc_rr1', force => true);
 SELECT pgjq.drop_queue('qc_rr2', force => true);
 
+-- with more keys than the batch, successive calls go on where the last one
+-- stopped: five calls of batch 2 over five keys serve every key once before
+-- any key twice
+SELECT pgjq.create_queue('qc_cycle');
+SELECT count(*) FROM pgjq.enqueue_many('qc_cycle', array_fill('{}'::jsonb, ARRAY[10]),
+                                       fair_keys => ARRAY['k1', 'k2', 'k3', 'k4', 'k5', 'k1', 'k2', 'k3', 'k4', 'k5']);
+CREATE TEMP TABLE cyc (n serial, fair_key text);
+DO $$
+BEGIN
+	FOR i IN 1..5 LOOP
+		INSERT INTO cyc (fair_key) SELECT c.fair_key FROM pgjq.claim('qc_cycle', 2) c;
+	END LOOP;
+END
+$$;
+SELECT count(*) AS picks,
+       count(DISTINCT fair_key) FILTER (WHERE n <= 5) AS keys_in_first_5,
+       count(DISTINCT fair_key) FILTER (WHERE n > 5) AS keys_in_last_5
+  FROM cyc;
+SELECT pgjq.drop_queue('qc_cycle', force => true);
+
 -- NULL and '' fair keys form one group, returned as NULL: with 6 jobs in
 -- that group and 6 for 'x', 6 claims take 3 of each
 SELECT pgjq.create_queue('qc_null');
