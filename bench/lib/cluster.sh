@@ -78,3 +78,36 @@ qf()
 	shift 2
 	psql -X -q -v ON_ERROR_STOP=1 -At -d "$db" -f "$file" "$@"
 }
+
+# ensure_packages [DEBIAN_PACKAGE...]: what building pgjq and running these
+# scripts needs (PostgreSQL 15 with pgbench, its server headers, a C
+# toolchain) plus the named packages; as root, apt-get installs what is
+# missing, otherwise name it and fail
+ensure_packages()
+{
+	local need=() p
+	{ [ -x "$PGBIN/postgres" ] && [ -x "$PGBIN/pgbench" ]; } || need+=(postgresql-15)
+	command -v psql >/dev/null || need+=(postgresql-client-15)
+	[ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
+	{ command -v gcc >/dev/null && command -v make >/dev/null; } || need+=(build-essential)
+	for p in "$@"; do
+		dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+	done
+	[ ${#need[@]} = 0 ] && return 0
+	if [ "$(id -u)" != 0 ]; then
+		echo "missing packages: ${need[*]} (run as root to have them installed)" >&2
+		return 1
+	fi
+	echo "installing ${need[*]} (apt-get)"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+}
+
+# build_pgjq LOGFILE: make && make install from the repository root, against
+# PostgreSQL 15 whatever other versions are installed
+build_pgjq()
+{
+	(cd "$(dirname "${BASH_SOURCE[0]}")/../.." &&
+		make -s PG_CONFIG="$PGBIN/pg_config" &&
+		make -s PG_CONFIG="$PGBIN/pg_config" install) >"$1" 2>&1
+}
