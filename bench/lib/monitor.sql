@@ -7,7 +7,7 @@
 
 /*
  * bench_settle(db): wait until the statistics of database db have settled,
- * then return its commit count and the WAL insert position.
+ * then return its commit and session counts and the WAL insert position.
  *
  * A backend flushes its statistics when it exits, before it leaves
  * pg_stat_activity, so first wait until no client backend is left in db
@@ -16,7 +16,8 @@
  * autovacuum may keep it moving: give up waiting after max_ms).
  */
 CREATE FUNCTION bench_settle(db name, quiet_ms integer DEFAULT 150, max_ms integer DEFAULT 3000,
-							 OUT commits bigint, OUT lsn pg_lsn, OUT waited_ms integer)
+							 OUT commits bigint, OUT sessions bigint, OUT lsn pg_lsn,
+							 OUT waited_ms integer)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -34,7 +35,8 @@ BEGIN
 	END LOOP;
 	LOOP
 		PERFORM pg_stat_clear_snapshot();
-		SELECT d.xact_commit INTO commits FROM pg_stat_database d WHERE d.datname = db;
+		SELECT d.xact_commit, d.sessions INTO commits, sessions
+		  FROM pg_stat_database d WHERE d.datname = db;
 		IF commits IS DISTINCT FROM prev THEN
 			prev := commits;
 			since := clock_timestamp();

@@ -68,6 +68,8 @@ def read_kv(path):
             k, v = line.split("=", 1)
             if k == "note":
                 kv["note"].append(v)
+            elif k == "prepared":
+                kv.setdefault("prepared_all", []).append(v)
             else:
                 kv[k] = v
     return kv
@@ -132,7 +134,14 @@ def measure(repdir):
             p50 = float(kv["lat_p50"]) if kv.get("lat_p50") else None
             p99 = float(kv["lat_p99"]) if kv.get("lat_p99") else None
         d = {k: int(kv[k + "_after"]) - int(kv[k + "_before"])
-             for k in ("ins", "upd", "hot", "del", "commits")}
+             for k in ("ins", "upd", "hot", "del", "commits", "sessions")}
+        # pgbench's connection start-ups and statement preparations commit
+        # too; they are the harness's, not the system's: leave them out
+        prepared = sum(int(x) for x in kv.get("prepared_all", []))
+        harness = d["sessions"] + prepared
+        d["commits_raw"] = d["commits"]
+        d["commits"] = d["commits"] - harness
+        d["commits_harness"] = harness
         wal = lsn(kv["lsn_after"]) - lsn(kv["lsn_before"])
         per = (lambda x: x / jobs) if jobs > 0 else (lambda x: None)
         out.update({

@@ -10,6 +10,7 @@
 -- completes its own batch before it claims again.  With stop=0 the client
 -- sleeps :poll ms and polls again.
 -- Variables: queue, batch, stop (0/1), poll (ms).
+-- prepared per client: 2 (the claim, and one of the two completes; see bench/run pgb)
 SELECT count(*) AS n,
        coalesce(min(id), 0) AS id1,
        coalesce(min(token), 0) AS tok1,

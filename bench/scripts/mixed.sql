@@ -6,6 +6,7 @@
 -- statement: no extra commit, no WAL.
 -- An empty claim sleeps :poll ms before polling again.
 -- Variables: queue, batch, poll (ms), fail (0..1), retry (interval text).
+-- prepared per client: 2 (statements a client prepares; see bench/run pgb)
 SELECT count(*) AS n,
        coalesce(array_agg(id) FILTER (WHERE NOT bad), '{}') AS ok_ids,
        coalesce(array_agg(token) FILTER (WHERE NOT bad), '{}') AS ok_toks,

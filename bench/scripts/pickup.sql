@@ -7,6 +7,7 @@
 -- schema pgjq: no extra transaction, no commit, no WAL, no counted tuple.
 -- An empty claim sleeps :poll ms before polling again.
 -- Variables: queue, batch, poll (ms).
+-- prepared per client: 2 (statements a client prepares; see bench/run pgb)
 SELECT count(*) AS n,
        coalesce(array_agg(id), '{}') AS ids,
        coalesce(array_agg(token), '{}') AS toks,
