@@ -106,6 +106,7 @@ sub start_bg
 	die "fork failed: $!" unless defined $pid;
 	if ($pid == 0)
 	{
+		$ENV{PGAPPNAME} = $name;    # pg_stat_activity tells the load apart
 		open STDOUT, '>', $out or POSIX::_exit(126);
 		open STDERR, '>', $err or POSIX::_exit(126);
 		exec @cmd or POSIX::_exit(127);
@@ -287,14 +288,14 @@ sub check_load_ended
 
 # 1. kill -9 of a client backend while the load runs.
 my @load = start_load();
-wait_progress(200, 'before killing a backend');
+wait_progress(400, 'before killing a backend');
 my $held = hold();
 my $offset = -s $node->logfile;
 my $victim = $node->safe_psql('postgres',
-	"SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND state = 'active' ORDER BY random() LIMIT 1"
+	"SELECT pid FROM pg_stat_activity WHERE application_name IN ('producers', 'workers') AND state = 'active' ORDER BY random() LIMIT 1"
 );
 $victim ||= $node->safe_psql('postgres',
-	"SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' LIMIT 1"
+	"SELECT pid FROM pg_stat_activity WHERE application_name IN ('producers', 'workers') LIMIT 1"
 );
 ok($victim, 'found a pgbench backend to kill');
 kill 'KILL', $victim;
@@ -313,7 +314,7 @@ SKIP:
 
 # 2. kill -9 of the pgjq worker itself.
 @load = start_load();
-wait_progress(200, 'before killing the pgjq worker');
+wait_progress(400, 'before killing the pgjq worker');
 my $worker = $node->safe_psql('postgres',
 	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgjq worker' AND datname = 'postgres'"
 );
@@ -326,7 +327,7 @@ wait_worker('worker kill');
 
 # 3. kill -9 of the postmaster.
 @load = start_load();
-wait_progress(200, 'before killing the postmaster');
+wait_progress(400, 'before killing the postmaster');
 $held = hold();
 my $pm = postmaster_pid();
 my @children = split ' ', `ps -o pid= --ppid $pm`;

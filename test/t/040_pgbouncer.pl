@@ -84,6 +84,7 @@ if ($bouncer_pid == 0)
 
 END
 {
+	local $?;    # keep the test's exit status
 	if ($bouncer_pid)
 	{
 		kill 'TERM', $bouncer_pid;
