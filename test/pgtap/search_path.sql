@@ -18,7 +18,7 @@
 \pset pager off
 
 BEGIN;
-SELECT plan(24);
+SELECT plan(27);
 
 CREATE SCHEMA evil;
 CREATE TABLE evil.called (what text);
@@ -102,6 +102,7 @@ CREATE TEMP TABLE job_history (LIKE pgjq.job_history);
 
 -- Results of the calls made under the evil path.
 CREATE TEMP TABLE got (step text, val text);
+CREATE TEMP TABLE delayed (id bigint);
 CREATE TEMP TABLE leases (id bigint, token bigint, attempt integer, payload jsonb, lease_until timestamptz);
 
 SET LOCAL search_path = evil, pg_temp, pg_catalog, public;
@@ -111,13 +112,16 @@ INSERT INTO got SELECT 'create_queue2', pgjq.create_queue('evilq2');
 INSERT INTO got SELECT 'enqueue1', pgjq.enqueue('evilq', '{"n":1}', priority => 1);
 INSERT INTO got SELECT 'enqueue2', pgjq.enqueue('evilq', '{"n":2}', fair_key => 'k', dedup_key => 'd2');
 INSERT INTO got SELECT 'enqueue2_dup', pgjq.enqueue('evilq', '{"n":22}', fair_key => 'k', dedup_key => 'd2');
-INSERT INTO got SELECT 'enqueue_delayed', pgjq.enqueue('evilq', '{"n":3}', delay => '1 hour');
+INSERT INTO delayed SELECT pgjq.enqueue('evilq', '{"n":3}', delay => '1 hour');
+INSERT INTO got SELECT 'enqueue_delayed', id FROM delayed;
 INSERT INTO got SELECT 'enqueue_many', i FROM pgjq.enqueue_many('evilq', ARRAY['{"n":4}', '{"n":5}']::jsonb[]) i;
 INSERT INTO got SELECT 'promote', pgjq.promote();
 INSERT INTO got SELECT 'rescue', pgjq.rescue();
 INSERT INTO leases SELECT id, token, attempt, payload, lease_until FROM pgjq.claim('evilq', 3, worker => 'w');
 INSERT INTO leases SELECT id, token, attempt, payload, lease_until FROM pgjq.claim(ARRAY['evilq2', 'evilq'], 10, worker => 'w');
 -- The first lease (ORDER BY uses the type's default btree class, not "<").
+INSERT INTO got SELECT 'job_running', j.state FROM (SELECT * FROM leases ORDER BY payload LIMIT 1) l, pgjq.job(l.id) j;
+INSERT INTO got SELECT 'job_delayed', j.state FROM delayed d, pgjq.job(d.id) j;
 INSERT INTO got SELECT 'heartbeat', pgjq.heartbeat(id, token, '2 hours') FROM (SELECT * FROM leases ORDER BY payload LIMIT 1) l;
 INSERT INTO got SELECT 'complete', pgjq.complete(id, token) FROM (SELECT * FROM leases ORDER BY payload LIMIT 1) l;
 INSERT INTO got SELECT 'complete_again', pgjq.complete(id, token) FROM (SELECT * FROM leases ORDER BY payload LIMIT 1) l;
@@ -128,6 +132,7 @@ INSERT INTO got SELECT 'complete_many', pgjq.complete(ARRAY(SELECT id FROM lease
 INSERT INTO got SELECT 'stale_fail', pgjq.fail(id, token) FROM (SELECT * FROM leases ORDER BY payload LIMIT 1) l;
 INSERT INTO got SELECT 'cancel', pgjq.cancel(id) FROM (SELECT * FROM leases ORDER BY payload LIMIT 1 OFFSET 1) l;
 INSERT INTO got SELECT 'job_state', j.state FROM (SELECT * FROM leases ORDER BY payload LIMIT 1) l, pgjq.job(l.id) j;
+INSERT INTO got SELECT 'job_states', j.state FROM leases l, pgjq.job(l.id) j;
 INSERT INTO got SELECT 'stats', s::text FROM pgjq.queue_stats s;
 INSERT INTO got SELECT 'list_queues', q.max_attempts FROM pgjq.list_queues() q ORDER BY q.queue LIMIT 1;
 INSERT INTO got SELECT 'maintain', m::text FROM pgjq.maintain() m;
@@ -163,6 +168,11 @@ SELECT is((SELECT val FROM got WHERE step = 'complete_many'), '1', 'complete(ids
 SELECT is((SELECT val FROM got WHERE step = 'stale_fail'), 'stale', 'fail of a completed job is stale');
 SELECT is((SELECT val FROM got WHERE step = 'cancel'), 'true', 'cancel of a retrying job worked');
 SELECT is((SELECT val FROM got WHERE step = 'job_state'), 'completed', 'job() reports the completed job');
+SELECT is((SELECT val FROM got WHERE step = 'job_running'), 'running', 'job() reports a running job');
+SELECT is((SELECT val FROM got WHERE step = 'job_delayed'), 'scheduled', 'job() reports a delayed job');
+SELECT is((SELECT array_agg(val ORDER BY val) FROM got WHERE step = 'job_states'),
+	ARRAY['cancelled', 'completed', 'completed', 'scheduled'],
+	'job() reports the completed, cancelled and snoozed jobs');
 SELECT is((SELECT val FROM got WHERE step = 'list_queues'), '3', 'list_queues() shows the queue''s settings');
 SELECT is((SELECT val FROM got WHERE step = 'promote'), '0', 'promote found nothing due (the delayed job is an hour away)');
 SELECT is((SELECT val FROM got WHERE step = 'rescue'), '0', 'rescue found nothing expired');
