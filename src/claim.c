@@ -100,7 +100,8 @@ lookup_queues(char **names, int n, PgjqQueue *queues)
  */
 static int
 claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *worker,
-		   int64 *token, TimestampTz *lease_until, PgjqClaimedJob *jobs, int32 *queue_ids)
+		   int64 *token, TimestampTz *lease_until, PgjqClaimedJob *jobs, int32 *queue_ids,
+		   int64 *retry_in_us)
 {
 	PgjqQueue  *queues = palloc(sizeof(PgjqQueue) * nqueues);
 	int			n = 0;
@@ -115,11 +116,14 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		int			want = batch - n;
 		int			granted;
 		int			got;
+		int64		token_in_us;
 
 		queue_ids[i] = q->queue_id;
 		if (q->paused || want <= 0)
 			continue;
-		granted = pgjq_limits_reserve_queue(q, want);
+		granted = pgjq_limits_reserve_queue(q, want, &token_in_us);
+		if (token_in_us > 0 && (*retry_in_us == 0 || token_in_us < *retry_in_us))
+			*retry_in_us = token_in_us;
 		if (granted == 0)
 		{
 			pgjq_limits_note_held_back(q->queue_id);
@@ -133,7 +137,8 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 			*lease_until = GetCurrentTimestamp() + (lease_us > 0 ? lease_us : q->lease_us);
 		got = pgjq_storage_claim(q, granted, *lease_until, worker, &quota, token, jobs + n);
 		pgjq_limits_settle_queue(q, granted, got);
-		if (got < want && (granted < want || pgjq_limits_quota_cut_short(&quota)))
+		/* held back: a limit, not the supply of ready jobs, stopped the claim */
+		if ((got == granted && granted < want) || pgjq_limits_quota_cut_short(&quota))
 			pgjq_limits_note_held_back(q->queue_id);
 		n += got;
 	}
@@ -157,6 +162,7 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 	int64		token = 0;
 	TimestampTz lease_until = 0;
 	TimestampTz deadline = 0;
+	int64		retry_in_us = 0;
 
 	if (batch < 1 || batch > PGJQ_MAX_BATCH)
 		ereport(ERROR,
@@ -175,7 +181,8 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 	pgjq_srf_materialize(fcinfo);
 	jobs = palloc(sizeof(PgjqClaimedJob) * batch);
 
-	n = claim_once(names, nqueues, batch, lease_us, worker, &token, &lease_until, jobs, queue_ids);
+	n = claim_once(names, nqueues, batch, lease_us, worker, &token, &lease_until, jobs, queue_ids,
+				   &retry_in_us);
 	if (n == 0 && wait_us > 0)
 	{
 		/* register, then try once more: a commit in between is not missed */
@@ -185,14 +192,18 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 			for (;;)
 			{
 				TimestampTz now;
+				TimestampTz wake;
 				long		ms;
 
+				retry_in_us = 0;
 				n = claim_once(names, nqueues, batch, lease_us, worker, &token, &lease_until,
-							   jobs, queue_ids);
+							   jobs, queue_ids, &retry_in_us);
 				now = GetCurrentTimestamp();
 				if (n > 0 || now >= deadline)
 					break;
-				ms = (long) ((deadline - now + 999) / 1000);
+				/* a rate limit refills without any commit: wake for its token */
+				wake = retry_in_us > 0 ? Min(deadline, now + retry_in_us) : deadline;
+				ms = (long) ((wake - now + 999) / 1000);
 				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 								 ms, PG_WAIT_EXTENSION);
 				ResetLatch(MyLatch);
@@ -238,9 +249,11 @@ pgjq_claim_many(PG_FUNCTION_ARGS)
 	return claim_common(fcinfo, true);
 }
 
+/* Queues of $1 that are not paused and have a ready job, with their limit. */
 static PgjqPlan plan_ready = {
-	"SELECT EXISTS (SELECT 1 FROM pgjq.job"
-	"                WHERE queue_id = ANY ($1) AND state = 'r')",
+	"SELECT q.queue_id, coalesce(q.concurrency, 0) FROM pgjq.queue q"
+	" WHERE q.queue_id = ANY ($1) AND NOT q.paused"
+	"   AND EXISTS (SELECT 1 FROM pgjq.job j WHERE j.queue_id = q.queue_id AND j.state = 'r')",
 	1, {INT4ARRAYOID}
 };
 
@@ -249,8 +262,9 @@ static PgjqPlan plan_ready = {
  * claimable job, or the wait ends.  Called outside a transaction block
  * (non-atomic CALL), it commits the caller's implicit transaction first and
  * sleeps without a snapshot, so it never holds back the xmin horizon; inside
- * one, it sleeps like claim(..., wait).  Ignores limits: a limited queue's
- * ready job wakes it even when claim would be held back.
+ * one, it sleeps like claim(..., wait).  A paused queue, or one at its
+ * concurrency limit, does not end the wait (resume and completions there
+ * wake waiters); a rate limit is not considered.
  */
 Datum
 pgjq_await(PG_FUNCTION_ARGS)
@@ -296,9 +310,14 @@ pgjq_await(PG_FUNCTION_ARGS)
 			bool		isnull;
 			TimestampTz now;
 
+			bool		ready = false;
+
 			values[0] = PointerGetDatum(construct_array(idd, nqueues, INT4OID, 4, true, TYPALIGN_INT));
-			pgjq_spi_run(&plan_ready, values, NULL, 1);
-			if (DatumGetBool(pgjq_spi_get(0, 1, &isnull)))
+			pgjq_spi_run(&plan_ready, values, NULL, 0);
+			for (uint64 r = 0; r < SPI_processed && !ready; r++)
+				ready = !pgjq_limits_queue_full(DatumGetInt32(pgjq_spi_get(r, 1, &isnull)),
+												DatumGetInt32(pgjq_spi_get(r, 2, &isnull)));
+			if (ready)
 				break;
 			now = GetCurrentTimestamp();
 			if (now >= deadline)

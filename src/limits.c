@@ -368,6 +368,22 @@ add_pending(int32 queue_id, uint64 keyhash, int32 delta)
 	npending++;
 }
 
+/*
+ * Lower this transaction's pending reservation of (queue, key) by n, when
+ * part of it is given back before commit.  Caller holds the lock.
+ */
+static void
+shrink_reservation(int32 queue_id, uint64 keyhash, int32 n)
+{
+	for (int i = npending - 1; i >= 0; i--)
+		if (pending[i].queue_id == queue_id && pending[i].keyhash == keyhash &&
+			pending[i].delta > 0)
+		{
+			pending[i].delta -= n;
+			return;
+		}
+}
+
 /* Refill the queue's token bucket to now; caller holds the lock. */
 static void
 refill(Counter *q, const PgjqQueue *queue, TimestampTz now)
@@ -383,15 +399,17 @@ refill(Counter *q, const PgjqQueue *queue, TimestampTz now)
 
 /*
  * How many of `want` jobs a claim may take from the queue now, reserving
- * them against its concurrency limit and rate; records when a limit cut the
- * claim short.  Caller settles with pgjq_limits_settle_queue().
+ * them against its concurrency limit and rate.  When the rate bucket gave
+ * fewer than `want`, *token_in_us says when the next token is due.  Caller
+ * settles with pgjq_limits_settle_queue().
  */
 int
-pgjq_limits_reserve_queue(const PgjqQueue *queue, int want)
+pgjq_limits_reserve_queue(const PgjqQueue *queue, int want, int64 *token_in_us)
 {
 	Counter    *q;
 	int			granted = want;
 
+	*token_in_us = 0;
 	if (!pgjq_queue_has_limits(queue))
 		return want;
 	pgjq_limits_require_shmem("a queue with limits");
@@ -404,7 +422,12 @@ pgjq_limits_reserve_queue(const PgjqQueue *queue, int want)
 	if (queue->rate > 0)
 	{
 		refill(q, queue, GetCurrentTimestamp());
-		granted = Min(granted, (int) floor(q->tokens));
+		if (q->tokens < granted)
+		{
+			granted = Max(0, (int) floor(q->tokens));
+			/* when the next token is due: a waiting claim sleeps no longer */
+			*token_in_us = (int64) ceil((granted + 1 - q->tokens) / queue->rate * USECS_PER_SEC);
+		}
 		q->tokens -= granted;
 	}
 	if (queue->concurrency > 0)
@@ -436,9 +459,7 @@ pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used)
 	if (queue->concurrency > 0)
 	{
 		q->running -= reserved - used;
-		if (npending > 0 && pending[npending - 1].queue_id == queue->queue_id &&
-			pending[npending - 1].keyhash == 0)
-			pending[npending - 1].delta -= reserved - used;
+		shrink_reservation(queue->queue_id, 0, reserved - used);
 	}
 	else if (used > 0)
 	{
@@ -468,8 +489,8 @@ quota_reserve(PgjqClaimQuota *quota, const char *fair_key, int want)
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	c = counter_or_error(quota->queue->queue_id, key_hash(fair_key));
 	granted = Min(want, Max(0, quota->queue->key_concurrency - c->running));
-	if (granted < want)
-		st->cut_short = true;
+	if (granted == 0)
+		st->cut_short = true;	/* a key with ready jobs skipped */
 	c->running += granted;
 	drop_if_idle(c);
 	if (granted > 0)
@@ -492,13 +513,7 @@ quota_release(PgjqClaimQuota *quota, const char *fair_key, int n)
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	c = counter_or_error(quota->queue->queue_id, h);
 	c->running -= n;
-	for (int i = npending - 1; i >= 0; i--)
-		if (pending[i].queue_id == quota->queue->queue_id && pending[i].keyhash == h &&
-			pending[i].delta > 0)
-		{
-			pending[i].delta -= n;
-			break;
-		}
+	shrink_reservation(quota->queue->queue_id, h, n);
 	drop_if_idle(c);
 	LWLockRelease(shared->lock);
 }
@@ -518,13 +533,14 @@ quota_settle(PgjqClaimQuota *quota, const char *fair_key, int reserved, int pick
 	if (st->key_limited)
 	{
 		c->running -= reserved - picked;
-		for (int i = npending - 1; i >= 0; i--)
-			if (pending[i].queue_id == quota->queue->queue_id && pending[i].keyhash == h &&
-				pending[i].delta > 0)
-			{
-				pending[i].delta -= reserved - picked;
-				break;
-			}
+		shrink_reservation(quota->queue->queue_id, h, reserved - picked);
+		/*
+		 * The limit bound this key: it took all it was allowed and is full
+		 * (counted even when the key had no more ready jobs than that).
+		 */
+		if (picked > 0 && picked == reserved &&
+			c->running >= quota->queue->key_concurrency)
+			st->cut_short = true;
 	}
 	else
 	{
@@ -729,6 +745,27 @@ pgjq_limits(PG_FUNCTION_ARGS)
 	}
 	LWLockRelease(shared->lock);
 	return (Datum) 0;
+}
+
+/*
+ * True when the queue's concurrency limit leaves no room (await() does not
+ * end on such a queue: a completion there wakes waiters anyway).
+ */
+bool
+pgjq_limits_queue_full(int32 queue_id, int32 concurrency)
+{
+	Counter    *q;
+	bool		full = false;
+
+	if (shared == NULL || concurrency <= 0)
+		return false;
+	pgjq_limits_rebuild_if_needed();
+	LWLockAcquire(shared->lock, LW_SHARED);
+	q = counter(queue_id, 0, false);
+	if (q && q->running >= concurrency)
+		full = true;
+	LWLockRelease(shared->lock);
+	return full;
 }
 
 /* A claim of the queue was cut short by its queue-level limits. */
