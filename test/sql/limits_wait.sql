@@ -639,6 +639,17 @@ SELECT clock_timestamp() AS t0 \gset
 CALL pgjq.await(ARRAY['lim_qa'], '200 milliseconds');
 SELECT clock_timestamp() - :'t0'::timestamptz >= interval '190 ms' AS waited;
 SELECT pgjq.resume('lim_qa');
+-- nor does the ready job of a queue at its concurrency limit; once a slot
+-- is free it does, at once
+SELECT count(*) FROM pgjq.enqueue_many('lim_qb', ARRAY['{"q": "b5"}', '{"q": "b6"}']::jsonb[]);
+SELECT id AS mb, token AS mbt FROM pgjq.claim('lim_qb') \gset
+SELECT clock_timestamp() AS t0 \gset
+CALL pgjq.await(ARRAY['lim_qb'], '200 milliseconds');
+SELECT clock_timestamp() - :'t0'::timestamptz >= interval '190 ms' AS waited;
+SELECT pgjq.complete(:mb, :mbt);
+SELECT clock_timestamp() AS t0 \gset
+CALL pgjq.await(ARRAY['lim_qb'], '30 s');
+SELECT clock_timestamp() - :'t0'::timestamptz < interval '15 s' AS at_once;
 -- errors
 CALL pgjq.await(ARRAY['lim_qa'], NULL);
 \echo :SQLSTATE

@@ -323,6 +323,25 @@ sub settle { usleep(1_500_000); }
 			"SELECT count(*) FROM pgjq.claim('q', 10)"),
 		'1', '... and the job is there to claim');
 
+	# a queue at its concurrency limit does not end await(); a completion
+	# that frees a slot does
+	$node->safe_psql('postgres',
+		"SELECT pgjq.create_queue('full', concurrency => 1);"
+		  . " SELECT count(*) FROM pgjq.enqueue_many('full', array_fill('{}'::jsonb, ARRAY[2]))");
+	my ($fid, $ftoken) = split /,/,
+	  $node->safe_psql('postgres',
+		"SELECT id || ',' || token FROM pgjq.claim('full')");
+	$w = start_waiting("CALL pgjq.await(ARRAY['full'], '$long_wait s')",
+		name => 'await on a full queue');
+	settle();
+	ok(still_waiting($w), 'a ready job of a queue at its limit does not end await()');
+	$t0 = time();
+	$node->safe_psql('postgres', "SELECT pgjq.complete($fid, $ftoken)");
+	($out, $err, $at) = finish($w);
+	cmp_ok($at - $t0, '<', $woken_within, '... a completion that frees a slot does');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM pgjq.claim('full', 5)"),
+		'1', '... and the job can be claimed');
+
 	# what it means: rows deleted while a claim waits cannot be vacuumed
 	# away; rows deleted while await() sleeps can
 	$node->safe_psql('postgres',
