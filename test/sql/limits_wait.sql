@@ -433,7 +433,8 @@ SELECT pgjq.drop_queue('lim_k', force => true);
 -- ================================================================== rate
 
 -- burst: up to `burst` claims at once, then nothing until the bucket refills
-SELECT pgjq.create_queue('lim_r', rate => 1, burst => 3);
+-- (one token per 2 s)
+SELECT pgjq.create_queue('lim_r', rate => 0.5, burst => 3);
 SELECT count(*) FROM pgjq.enqueue_many('lim_r', array_fill('{}'::jsonb, ARRAY[20]));
 WITH c AS (INSERT INTO held SELECT id, token FROM pgjq.claim('lim_r', 10) RETURNING 1)
 SELECT count(*) AS claimed FROM c;
@@ -444,7 +445,7 @@ SELECT held_back FROM pgjq.queue_stats WHERE queue = 'lim_r';
 SELECT regress.lim_finish() AS finished;
 SELECT count(*) AS claimed_after_complete FROM pgjq.claim('lim_r', 10);
 -- one token per second, and (burst 1) never more than one
-SELECT pgjq.alter_queue('lim_r', burst => 1);
+SELECT pgjq.alter_queue('lim_r', rate => 1, burst => 1);
 SELECT pg_sleep(1.2);
 WITH c AS (INSERT INTO held SELECT id, token FROM pgjq.claim('lim_r', 10) RETURNING 1)
 SELECT count(*) AS claimed_after_refill FROM c;
