@@ -309,8 +309,23 @@ ROWS 10
 AS 'MODULE_PATHNAME', 'pgjq_claim_many';
 COMMENT ON FUNCTION pgjq.claim(text[], integer, interval, text, interval) IS 'claim from several queues in the array''s order; a wait wakes on any of them';
 
+/*
+ * await() is SECURITY INVOKER without SET: PostgreSQL allows transaction
+ * control (which it needs to sleep without a snapshot) only then.  It touches
+ * no table itself; these two definer helpers do, called by qualified name.
+ */
+CREATE FUNCTION pgjq._await_ids(queues text[])
+RETURNS integer[]
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_await_ids';
+
+CREATE FUNCTION pgjq._await_ready(queue_ids integer[])
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_await_ready';
+
 CREATE PROCEDURE pgjq.await(queues text[], wait interval)
-LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE C
 AS 'MODULE_PATHNAME', 'pgjq_await';
 COMMENT ON PROCEDURE pgjq.await(text[], interval) IS 'sleep until one of the queues may have a claimable job (or wait ends) without holding a snapshot; then call claim()';
 
@@ -442,13 +457,13 @@ COMMENT ON FUNCTION pgjq.job(bigint) IS 'a job''s current state, attempts, last 
 /* Internal: the shared-memory limit counters (empty without preload). */
 CREATE FUNCTION pgjq._limits(OUT queue_id integer, OUT running integer, OUT held_back bigint)
 RETURNS SETOF record
-LANGUAGE C VOLATILE
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_limits';
 
 /* Internal: true when pgjq was preloaded (its shared memory exists). */
 CREATE FUNCTION pgjq._preloaded()
 RETURNS boolean
-LANGUAGE C STABLE
+LANGUAGE C STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_preloaded';
 
 CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
@@ -508,6 +523,7 @@ GRANT EXECUTE ON FUNCTION
 	pgjq.job(bigint)
 TO pgjq_worker;
 GRANT EXECUTE ON PROCEDURE pgjq.await(text[], interval) TO pgjq_worker;
+GRANT EXECUTE ON FUNCTION pgjq._await_ids(text[]), pgjq._await_ready(integer[]) TO pgjq_worker;
 
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgjq TO pgjq_admin;
 GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA pgjq TO pgjq_admin;

@@ -29,6 +29,7 @@
 #include "nodes/parsenodes.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -257,71 +258,117 @@ static PgjqPlan plan_ready = {
 	1, {INT4ARRAYOID}
 };
 
-/*
- * CALL pgjq.await(queues, wait): return once one of the queues may have a
- * claimable job, or the wait ends.  Called outside a transaction block
- * (non-atomic CALL), it commits the caller's implicit transaction first and
- * sleeps without a snapshot, so it never holds back the xmin horizon; inside
- * one, it sleeps like claim(..., wait).  A paused queue, or one at its
- * concurrency limit, does not end the wait (resume and completions there
- * wake waiters); a rate limit is not considered.
- */
+PG_FUNCTION_INFO_V1(pgjq_await_ids);
+PG_FUNCTION_INFO_V1(pgjq_await_ready);
+
+/* pgjq._await_ids(queues): the queues' ids, checking names and existence. */
 Datum
-pgjq_await(PG_FUNCTION_ARGS)
+pgjq_await_ids(PG_FUNCTION_ARGS)
 {
 	int			nqueues;
 	char	  **names = queue_names(fcinfo, true, &nqueues);
-	int64		wait_us = pgjq_arg_interval(fcinfo, 1, "wait", 0, true, 3650 * USECS_PER_DAY, -1);
-	bool		atomic = !(fcinfo->context && IsA(fcinfo->context, CallContext) &&
-						   !castNode(CallContext, fcinfo->context)->atomic);
 	PgjqQueue  *queues = palloc(sizeof(PgjqQueue) * nqueues);
-	int32	   *ids = palloc(sizeof(int32) * nqueues);
-	Datum	   *idd = palloc(sizeof(Datum) * nqueues);
-	TimestampTz deadline;
-
-	pgjq_arg_not_null(fcinfo, 1, "wait");
-	pgjq_limits_require_shmem("await");
-	deadline = GetCurrentTimestamp() + Min(wait_us, (int64) pgjq_max_wait_ms * 1000);
+	Datum	   *ids = palloc(sizeof(Datum) * nqueues);
 
 	pgjq_storage_begin();
 	lookup_queues(names, nqueues, queues);
 	pgjq_storage_end();
 	for (int i = 0; i < nqueues; i++)
+		ids[i] = Int32GetDatum(queues[i].queue_id);
+	PG_RETURN_ARRAYTYPE_P(construct_array(ids, nqueues, INT4OID, 4, true, TYPALIGN_INT));
+}
+
+/*
+ * pgjq._await_ready(ids): whether one of the queues has a ready job that a
+ * claim could take: not paused, not at its concurrency limit (a completion
+ * there wakes waiters anyway); a rate limit is not considered.
+ */
+Datum
+pgjq_await_ready(PG_FUNCTION_ARGS)
+{
+	Datum		values[1];
+	bool		ready = false;
+
+	pgjq_arg_not_null(fcinfo, 0, "queue_ids");
+	values[0] = PG_GETARG_DATUM(0);
+	pgjq_storage_begin();
+	pgjq_spi_run(&plan_ready, values, NULL, 0);
+	for (uint64 r = 0; r < SPI_processed && !ready; r++)
 	{
-		ids[i] = queues[i].queue_id;
-		idd[i] = Int32GetDatum(ids[i]);
+		bool		isnull;
+
+		ready = !pgjq_limits_queue_full(DatumGetInt32(pgjq_spi_get(r, 1, &isnull)),
+										DatumGetInt32(pgjq_spi_get(r, 2, &isnull)));
 	}
+	pgjq_storage_end();
+	PG_RETURN_BOOL(ready);
+}
+
+/* SQL of await(): schema-qualified calls, safe under any search_path. */
+static PgjqPlan plan_await_ids = {
+	"SELECT pgjq._await_ids($1)", 1, {TEXTARRAYOID}
+};
+static PgjqPlan plan_await_ready = {
+	"SELECT pgjq._await_ready($1)", 1, {INT4ARRAYOID}
+};
+
+/*
+ * CALL pgjq.await(queues, wait): return once one of the queues has a job a
+ * claim could take, or the wait ends.  Called outside a transaction block
+ * (a non-atomic CALL), it commits after each check and sleeps with no
+ * transaction work and no snapshot, so it never holds back the xmin horizon;
+ * inside one it sleeps like claim(..., wait).  It is SECURITY INVOKER (see
+ * sql/pgjq.sql); the definer helpers above do the table work.
+ */
+Datum
+pgjq_await(PG_FUNCTION_ARGS)
+{
+	ArrayType  *queues = pgjq_arg_array(fcinfo, 0, "queues", TEXTOID, true);
+	int64		wait_us = pgjq_arg_interval(fcinfo, 1, "wait", 0, true, 3650 * USECS_PER_DAY, -1);
+	bool		atomic = !(fcinfo->context && IsA(fcinfo->context, CallContext) &&
+						   !castNode(CallContext, fcinfo->context)->atomic);
+	TimestampTz deadline;
+	ArrayType  *ids;
+	int			nids;
+	int32	   *idv;
+	Datum		values[1];
+	bool		isnull;
+
+	pgjq_arg_not_null(fcinfo, 1, "wait");
+	pgjq_limits_require_shmem("await");
+	deadline = GetCurrentTimestamp() + Min(wait_us, (int64) pgjq_max_wait_ms * 1000);
 
 	if (SPI_connect_ext(atomic ? 0 : SPI_OPT_NONATOMIC) != SPI_OK_CONNECT)
 		elog(ERROR, "pgjq: SPI_connect failed");
-	if (!atomic)
-	{
-		SPI_commit();
-#if PG_VERSION_NUM < 140000
-		SPI_start_transaction();
-#endif
-	}
-	pgjq_wait_register(nqueues, ids);
+	values[0] = PointerGetDatum(queues);
+	pgjq_spi_run(&plan_await_ids, values, NULL, 1);
+	ids = DatumGetArrayTypePCopy(pgjq_spi_get(0, 1, &isnull));
+	nids = pgjq_array_length(ids);
+	idv = (int32 *) ARR_DATA_PTR(ids);
+
+	pgjq_wait_register(nids, idv);
 	PG_TRY();
 	{
 		for (;;)
 		{
-			Datum		values[1];
-			bool		isnull;
 			TimestampTz now;
 
-			bool		ready = false;
-
-			values[0] = PointerGetDatum(construct_array(idd, nqueues, INT4OID, 4, true, TYPALIGN_INT));
-			pgjq_spi_run(&plan_ready, values, NULL, 0);
-			for (uint64 r = 0; r < SPI_processed && !ready; r++)
-				ready = !pgjq_limits_queue_full(DatumGetInt32(pgjq_spi_get(r, 1, &isnull)),
-												DatumGetInt32(pgjq_spi_get(r, 2, &isnull)));
-			if (ready)
+			values[0] = PointerGetDatum(ids);
+			pgjq_spi_run(&plan_await_ready, values, NULL, 1);
+			if (DatumGetBool(pgjq_spi_get(0, 1, &isnull)))
 				break;
 			now = GetCurrentTimestamp();
 			if (now >= deadline)
 				break;
+			/* sleep outside any transaction's work, with no snapshot */
+			if (!atomic)
+			{
+				SPI_commit();
+#if PG_VERSION_NUM < 140000
+				SPI_start_transaction();
+#endif
+			}
+			InvalidateCatalogSnapshot();
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 (long) ((deadline - now + 999) / 1000), PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);

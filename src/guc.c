@@ -15,6 +15,7 @@
  */
 #include "pgjq.h"
 
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 char	   *pgjq_database_names = NULL;
@@ -72,14 +73,16 @@ pgjq_guc_init(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	DefineCustomIntVariable("pgjq.max_tracked_keys",
-							"Shared-memory slots for the limit counters (queues and running fair keys).",
-							NULL,
-							&pgjq_max_tracked_keys,
-							65536, 1024, 16 * 1024 * 1024,
-							PGC_POSTMASTER,
-							0,
-							NULL, NULL, NULL);
+	/* sizes shared memory: only when preloaded, as PGC_POSTMASTER demands */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("pgjq.max_tracked_keys",
+								"Shared-memory slots for the limit counters (queues and running fair keys).",
+								NULL,
+								&pgjq_max_tracked_keys,
+								65536, 1024, 16 * 1024 * 1024,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("pgjq");
 }
