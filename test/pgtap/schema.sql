@@ -11,7 +11,7 @@
 \pset pager off
 
 BEGIN;
-SELECT plan(45);
+SELECT plan(46);
 
 SELECT has_extension('pgjq', 'pgjq', 'extension pgjq lives in schema pgjq');
 SELECT has_schema('pgjq');
@@ -92,17 +92,25 @@ SELECT lives_ok($$PREPARE short_args AS
 	'optional arguments can be left out');
 DEALLOCATE short_args;
 
--- Every function in the schema, helpers included.
+-- Every function in the schema, helpers included, except the procedure
+-- await(): PostgreSQL allows transaction control (which await needs to sleep
+-- without a snapshot) only in a procedure without SECURITY DEFINER or SET.
+-- It runs no SQL of its own but two schema-qualified definer helpers.
 SELECT is_empty(
 	$$SELECT p.oid::regprocedure::text FROM pg_proc p
-	   WHERE p.pronamespace = 'pgjq'::regnamespace AND NOT p.prosecdef$$,
-	'every pgjq function is SECURITY DEFINER');
+	   WHERE p.pronamespace = 'pgjq'::regnamespace AND NOT p.prosecdef
+		 AND p.oid <> 'pgjq.await(text[],interval)'::regprocedure$$,
+	'every pgjq function but await() is SECURITY DEFINER');
 SELECT is_empty(
 	$$SELECT p.oid::regprocedure::text FROM pg_proc p
 	   WHERE p.pronamespace = 'pgjq'::regnamespace
+		 AND p.oid <> 'pgjq.await(text[],interval)'::regprocedure
 		 AND (p.proconfig IS NULL
 			  OR NOT 'search_path=pg_catalog, pg_temp' = ANY (p.proconfig))$$,
-	'every pgjq function pins search_path to pg_catalog, pg_temp');
+	'every pgjq function but await() pins search_path to pg_catalog, pg_temp');
+SELECT is((SELECT p.prosecdef OR p.proconfig IS NOT NULL FROM pg_proc p
+			WHERE p.oid = 'pgjq.await(text[],interval)'::regprocedure), false,
+	'await() is SECURITY INVOKER without SET, so it may commit before sleeping');
 SELECT is_empty(
 	$$SELECT p.oid::regprocedure::text FROM pg_proc p
 	   WHERE p.pronamespace = 'pgjq'::regnamespace AND p.prokind NOT IN ('f', 'p')$$,
