@@ -116,6 +116,9 @@ def measure(repdir):
     out = {"scenario": kv.get("scenario"), "system": kv.get("system"),
            "rep": int(kv.get("rep", 0)), "notes": kv["note"],
            "lat_what": kv.get("lat_what", "")}
+    for k in ("claimed", "depth_end", "dead_jobs"):
+        if k in kv:
+            out[k] = kv[k]
     if "error" in kv:
         out["error"] = kv["error"].strip() or "failed"
         return out
@@ -227,6 +230,17 @@ def aggregate(runs):
             for n in r["notes"]:
                 if n not in notes and not n.startswith("horizon pinned by xid"):
                     notes.append(n)
+        rs_ok = sorted(ok, key=lambda r: r["rep"])
+        if any("claimed" in r for r in rs_ok):
+            got = [r["claimed"].split("/") for r in rs_ok if "claimed" in r]
+            everything = all(g[0] == g[1] for g in got)
+            notes.append("%s claimed, per run: %s of %s" % (
+                "all" if everything else "NOT ALL",
+                ", ".join("{:,}".format(int(g[0])) for g in got), "{:,}".format(int(got[0][1]))))
+        if any("depth_end" in r for r in rs_ok):
+            notes.append("queue depth at the end, per run: %s; dead jobs: %s" % (
+                ", ".join(r.get("depth_end", "?") for r in rs_ok),
+                ", ".join(r.get("dead_jobs", "?") for r in rs_ok)))
         agg[key] = {
             "scenario": key[0], "system": key[1], "reps": len(rs), "ok": len(ok),
             "errors": [r["error"] for r in rs if "error" in r],
