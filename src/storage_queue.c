@@ -10,9 +10,21 @@
  * a heavyweight advisory-style lock held until the transaction ends: no row
  * lock, no WAL, no contention between producers.
  *
+ * Cache: every backend keeps the queue rows it has read, by name, so claim
+ * and enqueue need no query for them.  Every change to a queue row sends a
+ * relcache invalidation of pgjq.queue, which PostgreSQL delivers to all
+ * backends when the change commits (and to this one at once); it empties
+ * the cache.  Invalidations are read at transaction start and whenever a lock
+ * is taken, which includes the queue-name lock above: a producer that waited
+ * for a drop sees it.
+ *
  *-------------------------------------------------------------------------
  */
 #include "storage_internal.h"
+
+#include "storage/sinval.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -89,6 +101,66 @@ pgjq_storage_queue_lock(const char *name, LOCKMODE mode)
 
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, h, 0, PGJQ_LOCKTAG_QUEUE);
 	(void) LockAcquire(&tag, mode, false, false);
+	/* as LockRelationOid does: see what committed while we waited */
+	AcceptInvalidationMessages();
+}
+
+typedef struct CachedQueue
+{
+	char		name[PGJQ_MAX_QUEUE_NAME + 1];
+	PgjqQueue	queue;
+} CachedQueue;
+
+static HTAB *queue_cache = NULL;
+static Oid	queue_cache_relid = InvalidOid;
+static bool queue_cache_stale = false;
+
+static void
+queue_cache_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == queue_cache_relid)
+		queue_cache_stale = true;
+}
+
+/* The cache, emptied if stale or if pgjq.queue is a different table now. */
+static HTAB *
+queue_cache_get(void)
+{
+	Oid			relid = pgjq_relation("queue");
+
+	if (queue_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		CacheRegisterRelcacheCallback(queue_cache_invalidate, (Datum) 0);
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = PGJQ_MAX_QUEUE_NAME + 1;
+		ctl.entrysize = sizeof(CachedQueue);
+#if PG_VERSION_NUM >= 140000
+		queue_cache = hash_create("pgjq queues", 64, &ctl, HASH_ELEM | HASH_STRINGS);
+#else
+		queue_cache = hash_create("pgjq queues", 64, &ctl, HASH_ELEM);
+#endif
+	}
+	else if (queue_cache_stale || relid != queue_cache_relid)
+	{
+		HASH_SEQ_STATUS scan;
+		CachedQueue *e;
+
+		hash_seq_init(&scan, queue_cache);
+		while ((e = hash_seq_search(&scan)) != NULL)
+			hash_search(queue_cache, e->name, HASH_REMOVE, NULL);
+	}
+	queue_cache_relid = relid;
+	queue_cache_stale = false;
+	return queue_cache;
+}
+
+/* Tell every backend (at commit) that queue rows changed. */
+static void
+queue_changed(void)
+{
+	CacheInvalidateRelcacheByRelid(pgjq_relation("queue"));
 }
 
 static int64
@@ -104,6 +176,17 @@ pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
 {
 	Datum		values[1];
 	bool		isnull;
+	HTAB	   *cache = queue_cache_get();
+	CachedQueue *e;
+
+	if (strlen(name) > PGJQ_MAX_QUEUE_NAME)
+		return false;
+	e = hash_search(cache, name, HASH_FIND, NULL);
+	if (e)
+	{
+		*queue = e->queue;
+		return true;
+	}
 
 	values[0] = CStringGetTextDatum(name);
 	pgjq_spi_run(&plan_get, values, NULL, 1);
@@ -120,6 +203,12 @@ pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
 	queue->key_concurrency = DatumGetInt32(pgjq_spi_get(0, 9, &isnull));
 	queue->rate = DatumGetFloat8(pgjq_spi_get(0, 10, &isnull));
 	queue->burst = DatumGetInt32(pgjq_spi_get(0, 11, &isnull));
+	/* cache it unless an invalidation arrived while we read it */
+	if (!queue_cache_stale)
+	{
+		e = hash_search(cache, name, HASH_ENTER, NULL);
+		e->queue = *queue;
+	}
 	return true;
 }
 
@@ -159,6 +248,7 @@ pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s)
 	values[0] = CStringGetTextDatum(name);
 	settings_params(s, values, nulls);
 	pgjq_spi_run(&plan_insert, values, nulls, 0);
+	queue_changed();
 	return SPI_processed == 1;
 }
 
@@ -171,6 +261,7 @@ pgjq_storage_queue_update(int32 queue_id, const PgjqQueueSettings *s)
 	values[0] = Int32GetDatum(queue_id);
 	settings_params(s, values, nulls);
 	pgjq_spi_run(&plan_update, values, nulls, 0);
+	queue_changed();
 }
 
 void
@@ -179,6 +270,7 @@ pgjq_storage_queue_set_paused(int32 queue_id, bool paused)
 	Datum		values[2] = {Int32GetDatum(queue_id), BoolGetDatum(paused)};
 
 	pgjq_spi_run(&plan_set_paused, values, NULL, 0);
+	queue_changed();
 }
 
 int64
@@ -210,6 +302,7 @@ pgjq_storage_queue_delete(int32 queue_id)
 								   DatumGetInt32(pgjq_spi_get(r, 2, &isnull)));
 		}
 	pgjq_spi_run(&plan_delete, values, NULL, 0);
+	queue_changed();
 }
 
 int64

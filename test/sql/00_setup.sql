@@ -29,7 +29,8 @@ SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS arguments,
  WHERE p.pronamespace = 'pgjq'::regnamespace AND p.proname NOT LIKE '\_%'
  ORDER BY p.proname, 2;
 
--- every API function is SECURITY DEFINER with a fixed search_path
+-- every API function is SECURITY DEFINER with a fixed search_path, but the
+-- procedure await (transaction control needs SECURITY INVOKER without SET)
 SELECT p.proname, p.proconfig
   FROM pg_proc p
  WHERE p.pronamespace = 'pgjq'::regnamespace AND p.proname NOT LIKE '\_%'
