@@ -404,6 +404,19 @@ my $dn = enqueue_delayed('noext');
 timed_poll('noext', "SELECT state FROM pgjq.job($dn)",
 	'ready', 'once the extension is created, its database is served');
 
+# The extension dropped and created again under a running worker.
+$offset = -s $node->logfile;
+$node->safe_psql('noext', 'DROP EXTENSION pgjq');
+sleep 5;    # a negative check: a few worker passes (max_sleep is 2 s)
+$log = server_log($offset);
+note "log after DROP EXTENSION:\n$log";
+is(count_matches($log, $worker_abnormal_exit),
+	0, 'DROP EXTENSION does not make the worker fail');
+$node->safe_psql('noext', 'CREATE EXTENSION pgjq');
+my $dn2 = enqueue_delayed('noext');
+timed_poll('noext', "SELECT state FROM pgjq.job($dn2)",
+	'ready', 'after DROP and CREATE EXTENSION the database is served again');
+
 # A database that does not exist cannot be served; how often that is retried
 # is only reported, but it must not disturb the others.
 $offset = -s $node->logfile;
