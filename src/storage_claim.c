@@ -83,6 +83,13 @@ static PgjqPlan plan_keys = {
 	4, {INT4OID, INT2OID, TEXTOID, INT4OID}
 };
 
+/*
+ * Lock and lease.  The key condition is written as a range (>= and <=) on
+ * purpose: with an equality the planner reduces ORDER BY (fair_key, id) to
+ * ORDER BY id and may walk the primary key instead of the ready index.  The
+ * UPDATE takes the picks as an id array so that it probes the primary key
+ * whatever the (unknowable) batch size; round and key order are rebuilt in C.
+ */
 static PgjqPlan plan_lease = {
 	"WITH c AS ("
 	"  SELECT l.id, k.ord, row_number() OVER (PARTITION BY k.ord ORDER BY l.id) AS rn"
@@ -90,15 +97,13 @@ static PgjqPlan plan_lease = {
 	"   CROSS JOIN LATERAL"
 	"        (SELECT j.id FROM pgjq.job j"
 	"          WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = $2"
-	"            AND j.fair_key = k.fair_key"
-	"          ORDER BY j.queue_id, j.priority, j.fair_key, j.id"
-	"          LIMIT k.quota FOR UPDATE SKIP LOCKED) l),"
-	" pick AS (SELECT c.id, c.ord, c.rn FROM c ORDER BY c.rn, c.ord LIMIT $5)"
+	"            AND j.fair_key >= k.fair_key AND j.fair_key <= k.fair_key"
+	"          ORDER BY j.fair_key, j.id"
+	"          LIMIT k.quota FOR UPDATE SKIP LOCKED) l)"
 	" UPDATE pgjq.job j SET state = 'a', attempt = j.attempt + 1, token = $6,"
 	"        lease_until = $7, worker = $8"
-	"   FROM pick WHERE j.id = pick.id"
-	" RETURNING j.id, j.attempt, j.payload, j.fair_key, j.priority, j.enqueued_at,"
-	"           pick.rn, pick.ord",
+	"  WHERE j.id = ANY (ARRAY(SELECT c.id FROM c ORDER BY c.rn, c.ord LIMIT $5))"
+	" RETURNING j.id, j.attempt, j.payload, j.fair_key, j.priority, j.enqueued_at",
 	8, {INT4OID, INT2OID, TEXTARRAYOID, INT4ARRAYOID, INT4OID, INT8OID, TIMESTAMPTZOID, TEXTOID}
 };
 
@@ -193,6 +198,59 @@ typedef struct Pick
 	int64		ord;
 } Pick;
 
+/* Order of picks by key position, then id (to number them within a key). */
+static int
+pick_by_key(const void *a, const void *b)
+{
+	const Pick *pa = a,
+			   *pb = b;
+
+	if (pa->ord != pb->ord)
+		return pa->ord < pb->ord ? -1 : 1;
+	if (pa->job.id != pb->job.id)
+		return pa->job.id < pb->job.id ? -1 : 1;
+	return 0;
+}
+
+/* Keys of a round sorted (C collation, as the index), for key_position(). */
+typedef struct KeyPos
+{
+	const char *key;
+	int			pos;			/* 1-based place in the round */
+} KeyPos;
+
+static int
+keypos_cmp(const void *a, const void *b)
+{
+	return strcmp(((const KeyPos *) a)->key, ((const KeyPos *) b)->key);
+}
+
+static KeyPos *
+sort_keys(char **keys, int n)
+{
+	KeyPos	   *kp = palloc(sizeof(KeyPos) * n);
+
+	for (int k = 0; k < n; k++)
+	{
+		kp[k].key = keys[k];
+		kp[k].pos = k + 1;
+	}
+	qsort(kp, n, sizeof(KeyPos), keypos_cmp);
+	return kp;
+}
+
+/* 1-based position of key in the round (keys of a round are distinct). */
+static int
+key_position(const KeyPos *sorted, int n, const char *key)
+{
+	KeyPos		probe = {key, 0};
+	const KeyPos *hit = bsearch(&probe, sorted, n, sizeof(KeyPos), keypos_cmp);
+
+	if (hit == NULL)
+		elog(ERROR, "pgjq: claim picked a job of an unlisted key");
+	return hit->pos;
+}
+
 static int
 pick_cmp(const void *a, const void *b)
 {
@@ -238,6 +296,7 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		int			npicks;
 		int		   *picked;
 		char	   *last = NULL;
+		KeyPos	   *sorted_keys;
 
 		CHECK_FOR_INTERRUPTS();
 
@@ -333,6 +392,7 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		pgjq_spi_run(&plan_lease, values, nulls, 0);
 
 		npicks = (int) SPI_processed;
+		sorted_keys = sort_keys(keystr, nkeys);
 		picked = palloc0(sizeof(int) * nkeys);
 		picks = palloc(sizeof(Pick) * Max(npicks, 1));
 		for (int r = 0; r < npicks; r++)
@@ -340,22 +400,27 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 			Pick	   *pk = &picks[r];
 			Datum		fk;
 			MemoryContext old;
+			char	   *fks;
 
 			pk->job.id = pgjq_spi_get_int64(r, 1);
 			pk->job.attempt = DatumGetInt32(pgjq_spi_get(r, 2, &isnull));
 			pk->job.priority = DatumGetInt16(pgjq_spi_get(r, 5, &isnull));
 			pk->job.enqueued_at = DatumGetTimestampTz(pgjq_spi_get(r, 6, &isnull));
-			pk->rn = pgjq_spi_get_int64(r, 7);
-			pk->ord = pgjq_spi_get_int64(r, 8);
+			fk = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 4, &isnull);
+			fks = TextDatumGetCString(fk);
+			pk->ord = key_position(sorted_keys, nkeys, fks);
 			picked[pk->ord - 1]++;
 			old = MemoryContextSwitchTo(pgjq_result_cxt);
 			pk->job.payload = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &isnull);
 			pk->job.payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(pk->job.payload));
-			fk = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 4, &isnull);
-			pk->job.fair_key = VARSIZE_ANY_EXHDR(DatumGetPointer(fk)) == 0 ? (Datum) 0 :
+			pk->job.fair_key = fks[0] == '\0' ? (Datum) 0 :
 				PointerGetDatum(PG_DETOAST_DATUM_COPY(fk));
 			MemoryContextSwitchTo(old);
 		}
+		/* rn: the job's place among its key's picks, oldest first */
+		qsort(picks, npicks, sizeof(Pick), pick_by_key);
+		for (int r = 0; r < npicks; r++)
+			picks[r].rn = (r > 0 && picks[r - 1].ord == picks[r].ord) ? picks[r - 1].rn + 1 : 1;
 		for (int k = 0; k < nkeys; k++)
 			quota->settle(quota, keystr[k], quotas[k], picked[k]);
 		if (npicks == 0)

@@ -21,6 +21,13 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 
+/*
+ * "The job is running", for statements that find jobs by id: written so
+ * that it does not imply the running index's predicate (state = 'a'), or a
+ * generic plan may scan every running job instead of probing the primary key.
+ */
+#define RUNNING(alias) "(" alias ".state)::text = 'a'"
+
 #define HISTORY_COLUMNS \
 	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key," \
 	" attempt, max_attempts, token, enqueued_at, finished_at, worker, last_error, payload) "
@@ -76,7 +83,7 @@ static PgjqPlan plan_dedup_lookup = {
  */
 static PgjqPlan plan_complete = {
 	"WITH d AS (DELETE FROM pgjq.job j USING unnest($1::int8[], $2::int8[]) AS t(id, token)"
-	"            WHERE j.id = t.id AND j.token = t.token AND j.state = 'a' RETURNING j.*),"
+	"            WHERE j.id = t.id AND j.token = t.token AND " RUNNING("j") " RETURNING j.*),"
 	" x AS (" HISTORY_COLUMNS
 	"       SELECT d.id, d.queue_id, 'x', d.priority, d.fair_key, d.dedup_key, d.attempt,"
 	"              d.max_attempts, d.token, d.enqueued_at, $3, d.worker, d.last_error, NULL"
@@ -95,7 +102,7 @@ static PgjqPlan plan_complete = {
 static PgjqPlan plan_lock_running = {
 	"SELECT j.attempt, j.max_attempts, j.cancel_requested, q.backoff_base, q.backoff_max"
 	"  FROM pgjq.job j JOIN pgjq.queue q ON q.queue_id = j.queue_id"
-	" WHERE j.id = $1 AND j.token = $2 AND j.state = 'a'"
+	" WHERE j.id = $1 AND j.token = $2 AND " RUNNING("j")
 	"   FOR UPDATE OF j",
 	2, {INT8OID, INT8OID}
 };
@@ -109,7 +116,7 @@ static PgjqPlan plan_reschedule = {
 };
 
 static PgjqPlan plan_finish = {
-	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.token = $2 AND j.state = 'a'"
+	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.token = $2 AND " RUNNING("j")
 	"           RETURNING j.*) "
 	HISTORY_FROM_D("CASE WHEN d.cancel_requested THEN 'x' ELSE $4 END", "$3",
 				   "COALESCE($5, d.last_error)",
@@ -118,7 +125,7 @@ static PgjqPlan plan_finish = {
 };
 
 static PgjqPlan plan_finish_if_cancelled = {
-	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.token = $2 AND j.state = 'a'"
+	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.token = $2 AND " RUNNING("j")
 	"             AND j.cancel_requested RETURNING j.*) "
 	HISTORY_FROM_D("'x'", "$3", "d.last_error", "NULL"),
 	3, {INT8OID, INT8OID, TIMESTAMPTZOID}
@@ -127,7 +134,7 @@ static PgjqPlan plan_finish_if_cancelled = {
 static PgjqPlan plan_heartbeat = {
 	"UPDATE pgjq.job j SET lease_until = $3 + COALESCE($4, q.lease)"
 	"  FROM pgjq.queue q"
-	" WHERE j.id = $1 AND j.token = $2 AND j.state = 'a' AND NOT j.cancel_requested"
+	" WHERE j.id = $1 AND j.token = $2 AND " RUNNING("j") " AND NOT j.cancel_requested"
 	"   AND q.queue_id = j.queue_id"
 	" RETURNING j.lease_until",
 	4, {INT8OID, INT8OID, TIMESTAMPTZOID, INTERVALOID}
@@ -141,7 +148,7 @@ static PgjqPlan plan_cancel_waiting = {
 };
 
 static PgjqPlan plan_cancel_running = {
-	"UPDATE pgjq.job SET cancel_requested = true WHERE id = $1 AND state = 'a'",
+	"UPDATE pgjq.job j SET cancel_requested = true WHERE j.id = $1 AND " RUNNING("j"),
 	1, {INT8OID}
 };
 

@@ -15,12 +15,13 @@
 
 #define PROMOTE_CHUNK 10000
 
+/* The id array keeps the UPDATE on primary-key probes whatever the count. */
 static PgjqPlan plan_promote = {
 	"WITH p AS (UPDATE pgjq.job j SET state = 'r'"
-	"             FROM (SELECT id FROM pgjq.job"
-	"                    WHERE state = 's' AND run_at <= $1"
-	"                    ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED) d"
-	"            WHERE j.id = d.id RETURNING j.queue_id)"
+	"            WHERE j.id = ANY (ARRAY(SELECT id FROM pgjq.job"
+	"                                     WHERE state = 's' AND run_at <= $1"
+	"                                     ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+	"            RETURNING j.queue_id)"
 	" SELECT queue_id, count(*)::int4 FROM p GROUP BY queue_id",
 	2, {TIMESTAMPTZOID, INT4OID}
 };
