@@ -6,9 +6,10 @@
  *
  * Leases up to `batch` ready jobs in fair order (storage_claim.c), from the
  * queues in the order given, within each queue's limits (limits.c), and
- * returns them as pgjq.claimed rows.  Every claim call draws one new fencing
- * token from a sequence (never reused, not even after a rollback); all jobs
- * of the call carry it.  Paused queues give nothing.
+ * returns them as pgjq.claimed rows.  Every claim call that leases a job
+ * draws one new fencing token from a sequence (never reused, not even after
+ * a rollback); all jobs of the call carry it.  Each queue's jobs get that
+ * queue's lease (or the lease argument).  Paused queues give nothing.
  *
  * With `wait`, a call that finds nothing sleeps until a producer's commit
  * makes a job of one of its queues claimable, or the wait (capped by
@@ -101,15 +102,14 @@ lookup_queues(char **names, int n, PgjqQueue *queues)
  */
 static int
 claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *worker,
-		   int64 *token, TimestampTz *lease_until, PgjqClaimedJob *jobs, int32 *queue_ids,
-		   int64 *retry_in_us)
+		   PgjqClaimedJob *jobs, int32 *queue_ids, int64 *retry_in_us)
 {
 	PgjqQueue  *queues = palloc(sizeof(PgjqQueue) * nqueues);
 	int			n = 0;
+	int64		token = 0;
 
 	pgjq_storage_begin();
 	lookup_queues(names, nqueues, queues);
-	*lease_until = GetCurrentTimestamp();
 	for (int i = 0; i < nqueues; i++)
 	{
 		PgjqQueue  *q = &queues[i];
@@ -118,6 +118,7 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		int			granted;
 		int			got;
 		int64		token_in_us;
+		TimestampTz lease_until;
 
 		queue_ids[i] = q->queue_id;
 		if (q->paused || want <= 0)
@@ -131,12 +132,10 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 			continue;
 		}
 		pgjq_limits_init_quota(&quota, q);
-		/* one lease end for the call, from the first queue's lease */
-		if (n == 0 && i == 0)
-			*lease_until += lease_us > 0 ? lease_us : q->lease_us;
-		else if (*token == 0 && n == 0)
-			*lease_until = GetCurrentTimestamp() + (lease_us > 0 ? lease_us : q->lease_us);
-		got = pgjq_storage_claim(q, granted, *lease_until, worker, &quota, token, jobs + n);
+		lease_until = GetCurrentTimestamp() + (lease_us > 0 ? lease_us : q->lease_us);
+		got = pgjq_storage_claim(q, granted, lease_until, worker, &quota, &token, jobs + n);
+		for (int k = n; k < n + got; k++)
+			jobs[k].lease_until = lease_until;
 		pgjq_limits_settle_queue(q, granted, got);
 		/* held back: a limit, not the supply of ready jobs, stopped the claim */
 		if ((got == granted && granted < want) || pgjq_limits_quota_cut_short(&quota))
@@ -160,8 +159,6 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 	PgjqClaimedJob *jobs;
 	int32	   *queue_ids = palloc(sizeof(int32) * nqueues);
 	int			n = 0;
-	int64		token = 0;
-	TimestampTz lease_until = 0;
 	TimestampTz deadline = 0;
 	int64		retry_in_us = 0;
 
@@ -182,8 +179,7 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 	pgjq_srf_materialize(fcinfo);
 	jobs = palloc(sizeof(PgjqClaimedJob) * batch);
 
-	n = claim_once(names, nqueues, batch, lease_us, worker, &token, &lease_until, jobs, queue_ids,
-				   &retry_in_us);
+	n = claim_once(names, nqueues, batch, lease_us, worker, jobs, queue_ids, &retry_in_us);
 	if (n == 0 && wait_us > 0)
 	{
 		/* register, then try once more: a commit in between is not missed */
@@ -197,8 +193,8 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 				long		ms;
 
 				retry_in_us = 0;
-				n = claim_once(names, nqueues, batch, lease_us, worker, &token, &lease_until,
-							   jobs, queue_ids, &retry_in_us);
+				n = claim_once(names, nqueues, batch, lease_us, worker, jobs, queue_ids,
+							   &retry_in_us);
 				now = GetCurrentTimestamp();
 				if (n > 0 || now >= deadline)
 					break;
@@ -225,14 +221,14 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 		bool		nulls[8] = {0};
 
 		values[0] = Int64GetDatum(jobs[i].id);
-		values[1] = Int64GetDatum(token);
+		values[1] = Int64GetDatum(jobs[i].token);
 		values[2] = Int32GetDatum(jobs[i].attempt);
 		values[3] = jobs[i].payload;
 		values[4] = jobs[i].fair_key;
 		nulls[4] = jobs[i].fair_key == (Datum) 0;
 		values[5] = Int16GetDatum(jobs[i].priority);
 		values[6] = TimestampTzGetDatum(jobs[i].enqueued_at);
-		values[7] = TimestampTzGetDatum(lease_until);
+		values[7] = TimestampTzGetDatum(jobs[i].lease_until);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -534,6 +534,7 @@ quota_settle(PgjqClaimQuota *quota, const char *fair_key, int reserved, int pick
 	{
 		c->running -= reserved - picked;
 		shrink_reservation(quota->queue->queue_id, h, reserved - picked);
+
 		/*
 		 * The limit bound this key: it took all it was allowed and is full
 		 * (counted even when the key had no more ready jobs than that).
@@ -565,6 +566,7 @@ pgjq_limits_init_quota(PgjqClaimQuota *quota, const PgjqQueue *queue)
 		pgjq_limits_require_shmem("a queue with key_concurrency");
 	if (shared)
 		pgjq_limits_rebuild_if_needed();
+	quota->per_key_limit = st->key_limited;
 	quota->reserve = quota_reserve;
 	quota->settle = quota_settle;
 	quota->release = quota_release;

@@ -68,6 +68,8 @@ typedef struct PgjqClaimQuota
 	void		(*settle) (struct PgjqClaimQuota *quota, const char *fair_key, int reserved, int picked);
 	void		(*release) (struct PgjqClaimQuota *quota, const char *fair_key, int n);
 	const PgjqQueue *queue;
+	bool		per_key_limit;	/* false: reserve() grants all, settle()
+								 * counts */
 	void	   *state;
 } PgjqClaimQuota;
 
@@ -101,6 +103,8 @@ typedef struct PgjqNewJobs
 typedef struct PgjqClaimedJob
 {
 	int64		id;
+	int64		token;			/* fencing token of this claim */
+	TimestampTz lease_until;	/* set by the API layer */
 	int32		attempt;
 	Datum		payload;		/* jsonb */
 	Datum		fair_key;		/* text; 0 when the job has no key */
@@ -167,7 +171,8 @@ extern char pgjq_outcome_failed(const PgjqRunningJob *job, const char *error,
 extern int	pgjq_storage_claim(const PgjqQueue *queue, int batch,
 							   TimestampTz lease_until, const char *worker,
 							   PgjqClaimQuota *quota, int64 *token,
-							   PgjqClaimedJob *jobs);
+							   PgjqClaimedJob *jobs);	/* each job carries its
+														 * token */
 
 /* storage_maintenance.c */
 extern int64 pgjq_storage_promote(TimestampTz now);

@@ -67,6 +67,50 @@ static PgjqPlan plan_scan = {
 	5, {INT4OID, INT2OID, TEXTOID, INT4OID, TEXTOID}
 };
 
+/*
+ * The whole round in one statement, for queues without a per-key limit: list
+ * the keys as plan_scan does, lock ceil($4 / keys) oldest jobs of each, pick
+ * them round by round and lease the picks.  Same parameters as plan_scan,
+ * then $6 lease end, $7 worker, $8 the call's token if it has one already.
+ * Otherwise the token is drawn by an InitPlan, which runs only when a row is
+ * leased: an empty poll writes nothing.
+ */
+static PgjqPlan plan_round = {
+	"WITH RECURSIVE"
+	" p AS (SELECT priority FROM pgjq.job"
+	"        WHERE queue_id = $1 AND state = 'r' AND priority >= $2"
+	"        ORDER BY queue_id, priority LIMIT 1),"
+	" a(fair_key) AS (" KEY_AFTER("a", "$3") " FROM a WHERE a.fair_key IS NOT NULL),"
+	" b(fair_key) AS (" KEY_AFTER("b", "''") " FROM b WHERE b.fair_key < $5),"
+	" k AS (SELECT z.fair_key, row_number() OVER (ORDER BY z.part, z.fair_key) AS ord"
+	"         FROM ((SELECT 1 AS part, fair_key FROM a WHERE fair_key IS NOT NULL LIMIT $4)"
+	"               UNION ALL"
+	"               (SELECT 2, fair_key FROM b WHERE fair_key <= $5 LIMIT $4)) z),"
+	" n AS (SELECT count(*)::int4 AS n FROM k WHERE k.ord <= $4),"
+	" c AS (SELECT l.id, k.ord, row_number() OVER (PARTITION BY k.ord ORDER BY l.id) AS rn"
+	"         FROM k CROSS JOIN LATERAL"
+	"              (SELECT j.id FROM pgjq.job j"
+	"                WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = (SELECT priority FROM p)"
+	"                  AND j.fair_key >= k.fair_key AND j.fair_key <= k.fair_key"
+	"                ORDER BY j.fair_key, j.id"
+	"                LIMIT ($4 + (SELECT n FROM n) - 1) / (SELECT n FROM n)"
+	"                FOR UPDATE SKIP LOCKED) l"
+	"        WHERE k.ord <= $4)"
+	" UPDATE pgjq.job j SET state = 'a', attempt = j.attempt + 1,"
+	"        token = COALESCE($8, (SELECT nextval('pgjq.token_seq'))),"
+	"        lease_until = $6, worker = $7"
+	"  WHERE j.id = ANY (ARRAY(SELECT c.id FROM c ORDER BY c.rn, c.ord LIMIT $4))"
+	" RETURNING j.id, j.attempt, j.payload, j.fair_key, j.priority, j.enqueued_at, j.token",
+	8, {INT4OID, INT2OID, TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TEXTOID, INT8OID}
+};
+
+static PgjqPlan plan_next_priority = {
+	"SELECT priority FROM pgjq.job"
+	" WHERE queue_id = $1 AND state = 'r' AND priority >= $2"
+	" ORDER BY queue_id, priority LIMIT 1",
+	2, {INT4OID, INT2OID}
+};
+
 /* Keys >= $3 at priority $2, in order, at most $4: a loose index scan. */
 static PgjqPlan plan_keys = {
 	"WITH RECURSIVE k(fair_key) AS ("
@@ -264,6 +308,113 @@ pick_cmp(const void *a, const void *b)
 	return 0;
 }
 
+/* Round order of plan_round's picks: keys after the cursor first. */
+static const char *round_cursor;
+
+static const char *
+pick_key(const Pick *pk)
+{
+	return pk->job.fair_key ? TextDatumGetCString(pk->job.fair_key) : "";
+}
+
+static int
+round_cmp(const void *a, const void *b)
+{
+	const Pick *pa = a,
+			   *pb = b;
+	const char *ka = pick_key(pa);
+	const char *kb = pick_key(pb);
+	int			ca = strcmp(ka, round_cursor) > 0 ? 0 : 1;
+	int			cb = strcmp(kb, round_cursor) > 0 ? 0 : 1;
+	int			c;
+
+	if (ca != cb)
+		return ca < cb ? -1 : 1;
+	c = strcmp(ka, kb);
+	if (c != 0)
+		return c;
+	return pa->job.id < pb->job.id ? -1 : (pa->job.id > pb->job.id ? 1 : 0);
+}
+
+/*
+ * One round with plan_round.  Returns how many jobs it leased into jobs[],
+ * in claim order, and settles each key with the quota; *p is their priority.
+ */
+static int
+claim_round(const PgjqQueue *queue, int prio, int remaining, FairCursor *cursor,
+			TimestampTz lease_until, const char *worker, int64 *token,
+			PgjqClaimQuota *quota, PgjqClaimedJob *jobs, int *p)
+{
+	Datum		values[8];
+	char		nulls[9] = "        ";
+	Pick	   *picks;
+	int			npicks;
+	bool		isnull;
+	int			ord = 0;
+
+	values[0] = Int32GetDatum(queue->queue_id);
+	values[1] = Int16GetDatum((int16) prio);
+	values[2] = CStringGetTextDatum(psprintf("%s\x01", cursor->key));
+	values[3] = Int32GetDatum(remaining);
+	values[4] = CStringGetTextDatum(cursor->key);
+	values[5] = TimestampTzGetDatum(lease_until);
+	if (worker)
+		values[6] = CStringGetTextDatum(worker);
+	else
+		nulls[6] = 'n';
+	values[7] = Int64GetDatum(*token);
+	if (*token == 0)
+		nulls[7] = 'n';
+	pgjq_spi_run(&plan_round, values, nulls, 0);
+	npicks = (int) SPI_processed;
+	if (npicks == 0)
+		return 0;
+
+	picks = palloc(sizeof(Pick) * npicks);
+	for (int r = 0; r < npicks; r++)
+	{
+		Pick	   *pk = &picks[r];
+		Datum		fk;
+		MemoryContext old;
+
+		pk->job.id = pgjq_spi_get_int64(r, 1);
+		pk->job.attempt = DatumGetInt32(pgjq_spi_get(r, 2, &isnull));
+		pk->job.priority = DatumGetInt16(pgjq_spi_get(r, 5, &isnull));
+		pk->job.enqueued_at = DatumGetTimestampTz(pgjq_spi_get(r, 6, &isnull));
+		pk->job.token = pgjq_spi_get_int64(r, 7);
+		fk = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 4, &isnull);
+		old = MemoryContextSwitchTo(pgjq_result_cxt);
+		pk->job.payload = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &isnull);
+		pk->job.payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(pk->job.payload));
+		pk->job.fair_key = VARSIZE_ANY_EXHDR(DatumGetPointer(fk)) == 0 ? (Datum) 0 :
+			PointerGetDatum(PG_DETOAST_DATUM_COPY(fk));
+		MemoryContextSwitchTo(old);
+	}
+	*p = picks[0].job.priority;
+	*token = picks[0].job.token;
+
+	/* group the picks by key in round order; number them within the key */
+	round_cursor = cursor->key;
+	qsort(picks, npicks, sizeof(Pick), round_cmp);
+	for (int start = 0, end; start < npicks; start = end)
+	{
+		const char *key = pick_key(&picks[start]);
+
+		ord++;
+		for (end = start; end < npicks && strcmp(pick_key(&picks[end]), key) == 0; end++)
+		{
+			picks[end].ord = ord;
+			picks[end].rn = end - start + 1;
+		}
+		quota->settle(quota, key, 0, end - start);
+	}
+	qsort(picks, npicks, sizeof(Pick), pick_cmp);
+	for (int r = 0; r < npicks; r++)
+		jobs[r] = picks[r].job;
+	cursor_set(cursor, pick_key(&picks[npicks - 1]));
+	return npicks;
+}
+
 /*
  * Lease up to `batch` ready jobs of the queue in fair order, appending them
  * to jobs[] (room for batch, in the result context).  Returns how many.
@@ -299,6 +450,27 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		KeyPos	   *sorted_keys;
 
 		CHECK_FOR_INTERRUPTS();
+
+		if (!quota->per_key_limit)
+		{
+			int			got;
+
+			got = claim_round(queue, prio, remaining, cursor, lease_until, worker, token,
+							  quota, jobs + nout, &prio);
+			if (got > 0)
+			{
+				nout += got;
+				continue;		/* same priority: it may have more */
+			}
+			/* nothing leased: done, or every ready job there is locked */
+			values[0] = Int32GetDatum(queue->queue_id);
+			values[1] = Int16GetDatum((int16) prio);
+			pgjq_spi_run(&plan_next_priority, values, NULL, 1);
+			if (SPI_processed == 0)
+				break;
+			prio = DatumGetInt16(pgjq_spi_get(0, 1, &isnull)) + 1;
+			continue;
+		}
 
 		/*
 		 * 1 and 2: the smallest priority with ready jobs and its keys, after
@@ -430,7 +602,10 @@ pgjq_storage_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		}
 		qsort(picks, npicks, sizeof(Pick), pick_cmp);
 		for (int r = 0; r < npicks; r++)
+		{
+			picks[r].job.token = *token;
 			jobs[nout++] = picks[r].job;
+		}
 		cursor_set(cursor, keystr[picks[npicks - 1].ord - 1]);
 		/* stay at this priority: it may still have ready jobs */
 		prio = p;

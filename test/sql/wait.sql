@@ -61,9 +61,10 @@ CREATE TEMP TABLE m AS
 	  FROM pgjq.claim(ARRAY['qw2', 'qw1'], 3) WITH ORDINALITY c;
 SELECT ordinality, payload FROM m ORDER BY ordinality;
 SELECT count(DISTINCT token) AS tokens FROM m;
--- the lease is the first queue's (qw2: 5 minutes) for every job of the call
-SELECT bool_and(lease_until BETWEEN t_before + interval '5 minutes' AND t_after + interval '5 minutes')
-         AS first_queues_lease
+-- each job gets its own queue's lease (qw2: 5 minutes, qw1: 30 seconds)
+SELECT bool_and(lease_until BETWEEN t_before + CASE WHEN payload->>'q' = '2' THEN interval '5 minutes' ELSE interval '30 seconds' END
+                              AND t_after + CASE WHEN payload->>'q' = '2' THEN interval '5 minutes' ELSE interval '30 seconds' END)
+         AS own_queues_lease
   FROM m;
 SELECT pgjq.complete(array_agg(id), array_agg(token)) AS completed FROM m;
 -- a list of one queue
