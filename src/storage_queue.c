@@ -14,9 +14,10 @@
  * and enqueue need no query for them.  Every change to a queue row sends a
  * relcache invalidation of pgjq.queue, which PostgreSQL delivers to all
  * backends when the change commits (and to this one at once); it empties
- * the cache.  Invalidations are read at transaction start and whenever a lock
- * is taken, which includes the queue-name lock above: a producer that waited
- * for a drop sees it.
+ * the cache.  Every lookup reads pending invalidations first (as a lock
+ * acquisition does), so a lookup sees every queue change committed before it,
+ * as a READ COMMITTED query would; so does a producer that waited for a drop
+ * on the queue-name lock.
  *
  *-------------------------------------------------------------------------
  */
@@ -122,11 +123,18 @@ queue_cache_invalidate(Datum arg, Oid relid)
 		queue_cache_stale = true;
 }
 
-/* The cache, emptied if stale or if pgjq.queue is a different table now. */
+/*
+ * The cache, emptied if stale or if pgjq.queue is a different table now.
+ * Reading pending invalidations first gives each call the READ COMMITTED
+ * view of the queue rows, even inside a long transaction or a waiting claim.
+ */
 static HTAB *
 queue_cache_get(void)
 {
-	Oid			relid = pgjq_relation("queue");
+	Oid			relid;
+
+	AcceptInvalidationMessages();
+	relid = pgjq_relation("queue");
 
 	if (queue_cache == NULL)
 	{
