@@ -121,7 +121,8 @@ sub job_state
 }
 
 # In a queue of its own, enqueue a job due in one second; check in the same
-# session that it cannot be claimed yet; return its id.
+# session that it cannot be claimed yet (unless the machine stalled past its
+# run_at, when the check proves nothing and is skipped); return its id.
 my $queues = 0;
 
 sub enqueue_delayed
@@ -130,12 +131,18 @@ sub enqueue_delayed
 	my $queue = 'delayed' . ++$queues;
 	my $out = $node->safe_psql(
 		$db, qq{
-SELECT pgjq.create_queue('$queue');
-SELECT pgjq.enqueue('$queue', '{"k": "delayed"}', delay => '1 second');
-SELECT count(*) FROM pgjq.claim('$queue');
+SELECT pgjq.create_queue('$queue') \\gset
+SELECT pgjq.enqueue('$queue', '{"k": "delayed"}', delay => '1 second') AS id \\gset
+SELECT :id, (SELECT count(*) FROM pgjq.claim('$queue')),
+       (SELECT clock_timestamp() < run_at FROM pgjq.job(:id));
 });
-	my (undef, $id, $claimed) = split /\n/, $out;
-	is($claimed, '0', "$db/$queue: a job due in 1 s cannot be claimed at once");
+	my ($id, $claimed, $early) = split /\|/, $out;
+  SKIP:
+	{
+		skip 'the machine stalled past the run_at', 1 unless $early eq 't';
+		is($claimed, '0',
+			"$db/$queue: a job due in 1 s cannot be claimed at once");
+	}
 	return $id;
 }
 
