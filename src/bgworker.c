@@ -65,7 +65,8 @@ pgjq_bgworker_init(void)
 	BackgroundWorker worker;
 
 	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	/* a "connection" to no database: it shows in pg_stat_activity and gets SIGUSR1 */
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = 5;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pgjq");
@@ -204,8 +205,11 @@ pgjq_launcher_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("pgjq launcher");
 
+	/* a restarted launcher starts its workers afresh */
+	pgjq_shmem_stop_stray_workers();
 	read_database_names();
 	for (;;)
 	{

@@ -13,6 +13,7 @@
 #include "storage.h"
 
 #include "access/htup_details.h"
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
@@ -22,6 +23,17 @@ PG_FUNCTION_INFO_V1(pgjq_prune);
 PG_FUNCTION_INFO_V1(pgjq_maintain);
 
 #define RESCUE_CHUNK 1000
+
+/* Maintenance writes: refuse clearly on a hot standby. */
+static void
+check_not_in_recovery(void)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("pgjq maintenance cannot run during recovery"),
+				 errhint("The background worker of the primary runs it.")));
+}
 
 int64
 pgjq_maintenance_promote(void)
@@ -88,18 +100,21 @@ pgjq_maintenance_next_deadline(void)
 Datum
 pgjq_promote(PG_FUNCTION_ARGS)
 {
+	check_not_in_recovery();
 	PG_RETURN_INT64(pgjq_maintenance_promote());
 }
 
 Datum
 pgjq_rescue(PG_FUNCTION_ARGS)
 {
+	check_not_in_recovery();
 	PG_RETURN_INT64(pgjq_maintenance_rescue());
 }
 
 Datum
 pgjq_prune(PG_FUNCTION_ARGS)
 {
+	check_not_in_recovery();
 	PG_RETURN_INT64(pgjq_maintenance_prune());
 }
 
@@ -110,6 +125,7 @@ pgjq_maintain(PG_FUNCTION_ARGS)
 	Datum		values[3];
 	bool		nulls[3] = {0};
 
+	check_not_in_recovery();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "pgjq: maintain() must return a record");
 	tupdesc = BlessTupleDesc(tupdesc);

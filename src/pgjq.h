@@ -33,6 +33,7 @@ extern bool pgjq_shmem_ready(void);
 extern void pgjq_shmem_note_due(TimestampTz due);
 extern void pgjq_shmem_worker_attach(Oid dboid);
 extern void pgjq_shmem_worker_plan(TimestampTz wake_at);
+extern void pgjq_shmem_stop_stray_workers(void);
 
 /* bgworker.c */
 extern void pgjq_bgworker_init(void);

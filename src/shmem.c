@@ -38,6 +38,7 @@
 typedef struct PgjqWorkerSlot
 {
 	Oid			dboid;			/* InvalidOid when free */
+	pid_t		pid;			/* the worker's process */
 	Latch	   *latch;			/* the worker's process latch */
 	pg_atomic_uint64 next_due;	/* TimestampTz of its planned wake-up */
 } PgjqWorkerSlot;
@@ -185,6 +186,7 @@ worker_detach(int code, Datum arg)
 		return;
 	LWLockAcquire(pgjq_state->lock, LW_EXCLUSIVE);
 	my_slot->latch = NULL;
+	my_slot->pid = 0;
 	my_slot->dboid = InvalidOid;
 	pg_atomic_write_u64(&my_slot->next_due, (uint64) DT_NOEND);
 	LWLockRelease(pgjq_state->lock);
@@ -210,7 +212,8 @@ pgjq_shmem_worker_attach(Oid dboid)
 			LWLockRelease(pgjq_state->lock);
 			ereport(ERROR,
 					(errcode(ERRCODE_DUPLICATE_OBJECT),
-					 errmsg("a pgjq worker already serves database %u", dboid)));
+					 errmsg("a pgjq worker already serves this database"),
+					 errdetail("Its process ID is %d.", (int) slot->pid)));
 		}
 		if (slot->dboid == InvalidOid && free_slot == NULL)
 			free_slot = slot;
@@ -223,11 +226,46 @@ pgjq_shmem_worker_attach(Oid dboid)
 				 errmsg("pgjq serves at most %d databases", PGJQ_MAX_DATABASES)));
 	}
 	free_slot->dboid = dboid;
+	free_slot->pid = MyProcPid;
 	free_slot->latch = &MyProc->procLatch;
 	pg_atomic_write_u64(&free_slot->next_due, (uint64) DT_NOEND);
 	my_slot = free_slot;
 	LWLockRelease(pgjq_state->lock);
 	before_shmem_exit(worker_detach, (Datum) 0);
+}
+
+/*
+ * Stop the database workers a previous launcher left behind (a launcher that
+ * was restarted no longer has their handles): send each SIGTERM and wait up
+ * to ten seconds for its slot to free.  Called by the launcher at start.
+ */
+void
+pgjq_shmem_stop_stray_workers(void)
+{
+	for (int tries = 0; tries < 1000; tries++)
+	{
+		bool		any = false;
+
+		LWLockAcquire(pgjq_state->lock, LW_SHARED);
+		for (int i = 0; i < PGJQ_MAX_DATABASES; i++)
+		{
+			PgjqWorkerSlot *slot = &pgjq_state->slots[i];
+
+			if (slot->dboid != InvalidOid && slot->pid != 0)
+			{
+				any = true;
+				if (tries == 0)
+					(void) kill(slot->pid, SIGTERM);
+			}
+		}
+		LWLockRelease(pgjq_state->lock);
+		if (!any)
+			return;
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(10000L);
+	}
+	ereport(WARNING,
+			(errmsg("pgjq launcher: workers of a previous launcher did not stop")));
 }
 
 /*
