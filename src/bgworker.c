@@ -18,7 +18,9 @@
  * due earlier wakes it through its latch (shmem.c).  A database without the
  * extension is checked again after pgjq.max_sleep.
  *
- * Both start only once recovery has finished, so on a hot standby nothing
+ * SIGTERM (server shutdown, pg_terminate_backend, a new launcher) is a
+ * request: the loop exits cleanly (code 0) at its next turn; a step is a few
+ * short statements.  Both start only once recovery has finished, so on a hot standby nothing
  * runs; after promotion the postmaster starts the launcher.  After a crash
  * the postmaster restarts the launcher, which starts the workers again.
  *
@@ -203,7 +205,7 @@ void
 pgjq_launcher_main(Datum main_arg)
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("pgjq launcher");
@@ -216,6 +218,8 @@ pgjq_launcher_main(Datum main_arg)
 		long		sleep_ms;
 
 		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(0);
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
@@ -289,7 +293,7 @@ pgjq_worker_main(Datum main_arg)
 
 	strlcpy(dbname, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
 	pgstat_report_appname("pgjq worker");
@@ -308,6 +312,8 @@ pgjq_worker_main(Datum main_arg)
 		ResetLatch(MyLatch);
 		pgjq_shmem_worker_plan(DT_NOEND);
 		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(0);
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;

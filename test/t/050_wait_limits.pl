@@ -255,7 +255,8 @@ sub settle { usleep(1_500_000); }
 		'... which ends its claim with an error');
 	cmp_ok($at - $t0, '<', $woken_within, '... at once');
 	is($node->safe_psql('postgres',
-			"SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'Extension'"),
+			"SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'Extension'"
+			  . " AND backend_type = 'client backend'"),
 		'0', 'no backend is left waiting');
 }
 
