@@ -18,9 +18,10 @@
  * due earlier wakes it through its latch (shmem.c).  A database without the
  * extension is checked again after pgjq.max_sleep.
  *
- * SIGTERM (server shutdown, pg_terminate_backend, a new launcher) is a
- * request: the loop exits cleanly (code 0) at its next turn; a step is a few
- * short statements.  Both start only once recovery has finished, so on a hot standby nothing
+ * SIGTERM of a database worker (server shutdown, pg_terminate_backend, a new
+ * launcher) is a request: its loop exits cleanly (code 0) at its next turn; a
+ * step is a few short statements.  The launcher dies on SIGTERM (code 1), so
+ * the postmaster starts it again.  Both start only once recovery has finished, so on a hot standby nothing
  * runs; after promotion the postmaster starts the launcher.  After a crash
  * the postmaster restarts the launcher, which starts the workers again.
  *
@@ -205,7 +206,8 @@ void
 pgjq_launcher_main(Datum main_arg)
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	/* exit code 1 on SIGTERM: the postmaster restarts a terminated launcher */
+	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("pgjq launcher");
@@ -218,8 +220,6 @@ pgjq_launcher_main(Datum main_arg)
 		long		sleep_ms;
 
 		CHECK_FOR_INTERRUPTS();
-		if (ShutdownRequestPending)
-			proc_exit(0);
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
