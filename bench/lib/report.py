@@ -374,6 +374,7 @@ unset logscale y
 set format y '%%g'
 set yrange [0:*]
 set ylabel 'WAL bytes per job'
+set key top left
 plot %s
 unset multiplot
 """ % (png, jobs_plot, wal_plot)
