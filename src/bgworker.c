@@ -336,6 +336,9 @@ pgjq_worker_main(Datum main_arg)
 			wake = Min(wake, next_deadline());
 		}
 
+		/* send this pass's counts to the statistics (a worker never goes idle) */
+		(void) pgstat_report_stat(true);
+
 		now = GetCurrentTimestamp();
 		sleep_ms = wake <= now ? MIN_SLEEP_MS :
 			Max(MIN_SLEEP_MS, (long) ((wake - now + 999) / 1000));
