@@ -68,7 +68,11 @@ pgjq_bgworker_init(void)
 	BackgroundWorker worker;
 
 	memset(&worker, 0, sizeof(worker));
-	/* a "connection" to no database: it shows in pg_stat_activity and gets SIGUSR1 */
+
+	/*
+	 * a "connection" to no database: it shows in pg_stat_activity and gets
+	 * SIGUSR1
+	 */
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = 5;
@@ -336,7 +340,10 @@ pgjq_worker_main(Datum main_arg)
 			wake = Min(wake, next_deadline());
 		}
 
-		/* send this pass's counts to the statistics (a worker never goes idle) */
+		/*
+		 * send this pass's counts to the statistics (a worker never goes
+		 * idle)
+		 */
 		(void) pgstat_report_stat(true);
 
 		now = GetCurrentTimestamp();

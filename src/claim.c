@@ -90,10 +90,7 @@ static void
 lookup_queues(char **names, int n, PgjqQueue *queues)
 {
 	for (int i = 0; i < n; i++)
-		if (!pgjq_storage_queue_get(names[i], &queues[i]))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("queue \"%s\" does not exist", names[i])));
+		pgjq_storage_queue_get_or_error(names[i], &queues[i]);
 }
 
 /*
@@ -189,8 +186,6 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 			for (;;)
 			{
 				TimestampTz now;
-				TimestampTz wake;
-				long		ms;
 
 				retry_in_us = 0;
 				n = claim_once(names, nqueues, batch, lease_us, worker, jobs, queue_ids,
@@ -199,13 +194,7 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 				if (n > 0 || now >= deadline)
 					break;
 				/* a rate limit refills without any commit: wake for its token */
-				wake = retry_in_us > 0 ? Min(deadline, now + retry_in_us) : deadline;
-				ms = (long) ((wake - now + 999) / 1000);
-				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-								 ms, PG_WAIT_EXTENSION);
-				ResetLatch(MyLatch);
-				CHECK_FOR_INTERRUPTS();
-				pgjq_wait_rearm();
+				pgjq_wait_sleep(retry_in_us > 0 ? Min(deadline, now + retry_in_us) : deadline);
 			}
 		}
 		PG_FINALLY();
@@ -365,11 +354,7 @@ pgjq_await(PG_FUNCTION_ARGS)
 #endif
 			}
 			InvalidateCatalogSnapshot();
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 (long) ((deadline - now + 999) / 1000), PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-			pgjq_wait_rearm();
+			pgjq_wait_sleep(deadline);
 		}
 	}
 	PG_FINALLY();

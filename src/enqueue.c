@@ -72,10 +72,7 @@ static void
 queue_for_enqueue(const char *name, PgjqQueue *queue)
 {
 	pgjq_storage_queue_lock(name, RowExclusiveLock);
-	if (!pgjq_storage_queue_get(name, queue))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("queue \"%s\" does not exist", name)));
+	pgjq_storage_queue_get_or_error(name, queue);
 }
 
 Datum

@@ -196,6 +196,39 @@ db_state(Oid dboid, bool create)
 	return create ? free_slot : NULL;
 }
 
+/* The counter entry; caller holds the lock exclusively.  NULL if full. */
+static Counter *
+counter(int32 queue_id, uint64 keyhash, bool create)
+{
+	CounterKey	key = {MyDatabaseId, queue_id, keyhash};
+	bool		found;
+	Counter    *c;
+
+	c = hash_search(counters, &key, create ? HASH_ENTER_NULL : HASH_FIND, &found);
+	if (c && !found)
+	{
+		memset(((char *) c) + sizeof(CounterKey), 0, sizeof(Counter) - sizeof(CounterKey));
+		c->tokens = -1;			/* bucket not filled yet */
+	}
+	return c;
+}
+
+static Counter *
+counter_or_error(int32 queue_id, uint64 keyhash)
+{
+	Counter    *c = counter(queue_id, keyhash, true);
+
+	if (c == NULL)
+	{
+		LWLockRelease(shared->lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many running fair keys to track"),
+				 errhint("Raise pgjq.max_tracked_keys.")));
+	}
+	return c;
+}
+
 static PgjqPlan plan_count_running = {
 	"SELECT queue_id, fair_key, count(*)::int4 FROM pgjq.job WHERE state = 'a'"
 	" GROUP BY queue_id, fair_key",
@@ -269,28 +302,8 @@ pgjq_limits_rebuild_if_needed(void)
 				hash_search(counters, &c->key, HASH_REMOVE, NULL);
 		for (int i = 0; i < n; i++)
 		{
-			CounterKey	keys[2] = {{MyDatabaseId, qids[i], 0}, {MyDatabaseId, qids[i], hashes[i]}};
-
-			for (int k = 0; k < 2; k++)
-			{
-				bool		found;
-
-				c = hash_search(counters, &keys[k], HASH_ENTER_NULL, &found);
-				if (c == NULL)
-				{
-					LWLockRelease(shared->lock);
-					ereport(ERROR,
-							(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-							 errmsg("too many running fair keys to track"),
-							 errhint("Raise pgjq.max_tracked_keys.")));
-				}
-				if (!found)
-				{
-					memset(((char *) c) + sizeof(CounterKey), 0, sizeof(Counter) - sizeof(CounterKey));
-					c->refilled = 0;
-				}
-				c->running += counts[i];
-			}
+			counter_or_error(qids[i], 0)->running += counts[i];
+			counter_or_error(qids[i], hashes[i])->running += counts[i];
 		}
 		db = db_state(MyDatabaseId, true);
 		if (db == NULL)
@@ -306,39 +319,6 @@ pgjq_limits_rebuild_if_needed(void)
 	}
 	LockRelease(&tag, ExclusiveLock, false);
 	pending_incarnation = incarnation;
-}
-
-/* The counter entry; caller holds the lock exclusively.  NULL if full. */
-static Counter *
-counter(int32 queue_id, uint64 keyhash, bool create)
-{
-	CounterKey	key = {MyDatabaseId, queue_id, keyhash};
-	bool		found;
-	Counter    *c;
-
-	c = hash_search(counters, &key, create ? HASH_ENTER_NULL : HASH_FIND, &found);
-	if (c && !found)
-	{
-		memset(((char *) c) + sizeof(CounterKey), 0, sizeof(Counter) - sizeof(CounterKey));
-		c->tokens = -1;			/* bucket not filled yet */
-	}
-	return c;
-}
-
-static Counter *
-counter_or_error(int32 queue_id, uint64 keyhash)
-{
-	Counter    *c = counter(queue_id, keyhash, true);
-
-	if (c == NULL)
-	{
-		LWLockRelease(shared->lock);
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("too many running fair keys to track"),
-				 errhint("Raise pgjq.max_tracked_keys.")));
-	}
-	return c;
 }
 
 static void

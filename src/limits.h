@@ -32,6 +32,7 @@ extern void pgjq_wait_shmem_init(bool found);
 extern void pgjq_wait_startup(void);
 extern void pgjq_wait_register(int nqueues, const int32 *queue_ids);
 extern void pgjq_wait_rearm(void);
+extern void pgjq_wait_sleep(TimestampTz until);
 extern void pgjq_wait_unregister(void);
 extern void pgjq_wait_note_ready(int32 queue_id, int n);
 extern void pgjq_wait_wake(Oid dboid, int32 queue_id, int n);

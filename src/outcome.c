@@ -254,10 +254,7 @@ pgjq_retry_dead(PG_FUNCTION_ARGS)
 				 errmsg("ids must not contain nulls")));
 	pgjq_storage_begin();
 	pgjq_storage_queue_lock(name, RowExclusiveLock);
-	if (!pgjq_storage_queue_get(name, &queue))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("queue \"%s\" does not exist", name)));
+	pgjq_storage_queue_get_or_error(name, &queue);
 	n = pgjq_storage_retry_dead(queue.queue_id, ids, GetCurrentTimestamp());
 	pgjq_storage_end();
 	PG_RETURN_INT64(n);

@@ -100,16 +100,6 @@ check_backoff(int64 base_us, int64 max_us)
 				 errmsg("backoff_max must not be less than backoff_base")));
 }
 
-/* Look the queue up or raise undefined_object. */
-static void
-queue_or_error(const char *name, PgjqQueue *queue)
-{
-	if (!pgjq_storage_queue_get(name, queue))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("queue \"%s\" does not exist", name)));
-}
-
 Datum
 pgjq_create_queue(PG_FUNCTION_ARGS)
 {
@@ -147,7 +137,7 @@ pgjq_alter_queue(PG_FUNCTION_ARGS)
 
 	read_settings(fcinfo, &s);
 	pgjq_storage_begin();
-	queue_or_error(name, &queue);
+	pgjq_storage_queue_get_or_error(name, &queue);
 	check_backoff(s.backoff_base_us >= 0 ? s.backoff_base_us : queue.backoff_base_us,
 				  s.backoff_max_us >= 0 ? s.backoff_max_us : queue.backoff_max_us);
 	pgjq_storage_queue_update(queue.queue_id, &s);
@@ -164,7 +154,7 @@ pgjq_drop_queue(PG_FUNCTION_ARGS)
 
 	pgjq_storage_begin();
 	pgjq_storage_queue_lock(name, AccessExclusiveLock);
-	queue_or_error(name, &queue);
+	pgjq_storage_queue_get_or_error(name, &queue);
 	if (!force)
 	{
 		int64		running = pgjq_storage_queue_running(queue.queue_id);
@@ -189,7 +179,7 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	PgjqQueue	queue;
 
 	pgjq_storage_begin();
-	queue_or_error(name, &queue);
+	pgjq_storage_queue_get_or_error(name, &queue);
 	pgjq_storage_queue_set_paused(queue.queue_id, paused);
 	pgjq_storage_end();
 	if (!paused)
@@ -218,7 +208,7 @@ pgjq_purge(PG_FUNCTION_ARGS)
 	int64		n;
 
 	pgjq_storage_begin();
-	queue_or_error(name, &queue);
+	pgjq_storage_queue_get_or_error(name, &queue);
 	n = pgjq_storage_queue_purge(queue.queue_id);
 	pgjq_storage_end();
 	PG_RETURN_INT64(n);

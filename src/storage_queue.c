@@ -220,6 +220,16 @@ pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
 	return true;
 }
 
+/* The queue, or raise undefined_object. */
+void
+pgjq_storage_queue_get_or_error(const char *name, PgjqQueue *queue)
+{
+	if (!pgjq_storage_queue_get(name, queue))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("queue \"%s\" does not exist", name)));
+}
+
 /* Fill values/nulls $2..$10 from settings (negative = NULL). */
 static void
 settings_params(const PgjqQueueSettings *s, Datum *values, char *nulls)

@@ -34,6 +34,8 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #if PG_VERSION_NUM >= 170000
 #define MY_PROCNO	MyProcNumber
@@ -170,6 +172,24 @@ pgjq_wait_register(int nqueues, const int32 *queue_ids)
 		pg_atomic_fetch_add_u32(&wshared->nwaiting, 1);
 	registered = true;
 	LWLockRelease(wshared->lock);
+}
+
+/*
+ * Sleep on the latch until `until` or a wake-up (or an interrupt, which
+ * raises here), then wait again keeping our place in line: the caller checks
+ * for jobs and calls this again or stops.
+ */
+void
+pgjq_wait_sleep(TimestampTz until)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (until > now)
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 (long) ((until - now + 999) / 1000), PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+	pgjq_wait_rearm();
 }
 
 /* After a wake-up that found nothing: wait again, keeping our place. */
