@@ -12,10 +12,16 @@
 
 CREATE SCHEMA bench;
 
-/* one row per job: v = a latency in seconds, at = when it was recorded */
+/*
+ * one row per job: v = a latency in seconds, at = when it was recorded;
+ * FL1 (bench.record_claims) stores v = the claim time (epoch), k = the job's
+ * fair_key and tok = its claim's token instead
+ */
 CREATE UNLOGGED TABLE bench.sample (
 	v				float8 NOT NULL,
-	at				float8 NOT NULL
+	at				float8 NOT NULL,
+	k				text,
+	tok				bigint
 ) WITH (autovacuum_enabled = false);
 
 /* record latencies measured by the caller (seconds) */
@@ -44,6 +50,25 @@ BEGIN
 		INSERT INTO bench.sample (v, at) SELECT now_e - x, now_e FROM unnest(t) x;
 	END IF;
 	RETURN coalesce(cardinality(t), 0);
+END
+$$;
+
+/*
+ * record, per claimed job, when it was claimed (epoch, measured by the
+ * caller in the claim statement), its fair_key and its claim's token: the
+ * claim order of FL1
+ */
+CREATE FUNCTION bench.record_claims(claimed_at float8[], keys text[], toks bigint[])
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	IF cardinality(claimed_at) > 0 THEN
+		INSERT INTO bench.sample (v, at, k, tok)
+		SELECT u.c, extract(epoch FROM clock_timestamp()), u.k, u.t
+		  FROM unnest(claimed_at, keys, toks) AS u(c, k, t);
+	END IF;
+	RETURN coalesce(cardinality(claimed_at), 0);
 END
 $$;
 

@@ -25,8 +25,18 @@ import subprocess
 import sys
 import tempfile
 
-ORDER = ["E1", "E2", "E3", "D1B1", "D1B10", "D2", "H1", "L1", "F1", "M1"]
+ORDER = ["E1", "E2", "E3", "D1B1", "D1B10", "D2", "H1", "L1", "L1W", "F1", "FL1", "M1"]
 SYSTEMS = ["pgjq", "baseline"]
+
+# scenarios measured for pgjq only, and the baseline row their ratios are
+# taken against (the baseline cannot run them: it has no server-side wait)
+PGJQ_ONLY = {"L1W": "L1"}
+
+# scenarios whose systems do not do the same work: said next to the ratios
+CAVEAT = {"FL1": "pgjq held to key_concurrency 2, the baseline unlimited"}
+
+# L1W's pickup p99 target (issue: under 5 ms at 200 jobs/s, loopback)
+L1W_P99_TARGET_MS = 5.0
 
 TITLE = {
     "E1": "enqueue 10,000 jobs in one call",
@@ -37,7 +47,12 @@ TITLE = {
     "D2": "sustained claim(10) + complete over a backlog, 8 clients",
     "H1": "D2 while a REPEATABLE READ xid pins the horizon",
     "L1": "pickup latency at ~200 jobs/s offered",
+    "L1W": "L1 with claim(..., wait => '1 s') instead of polling; pgjq only, "
+           "its ratios are against the baseline's L1 (polling), as the baseline cannot wait",
     "F1": "deferred frontier: delayed jobs falling due, 4 workers",
+    "FL1": "fairness and limits: tenant t0's backlog seeded first, then ten small tenants "
+           "t1..t10; 8 clients claim(10) then complete; pgjq with key_concurrency 2, "
+           "the baseline without (it has no such option)",
     "M1": "mixed: producers at 500 jobs/s, 4 workers, 5% fail and retry",
 }
 
@@ -119,6 +134,8 @@ def measure(repdir):
     for k in ("claimed", "depth_end", "dead_jobs"):
         if k in kv:
             out[k] = kv[k]
+    if "fair_first" in kv:
+        out["fairness"] = fairness(kv)
     if "error" in kv:
         out["error"] = kv["error"].strip() or "failed"
         return out
@@ -127,12 +144,18 @@ def measure(repdir):
         window = kv.get("window", "main")
         if window == "first_due":
             secs = float(kv["sample_last"]) - float(kv["t_first_due"])
+        elif window == "main_to_last_sample":
+            # FL1: first claim of the workers to the last completion
+            starts, _, _ = pgbench_log(repdir, "main")
+            secs = float(kv["sample_last"]) - min(starts)
         else:
             starts, ends, _ = pgbench_log(repdir, window)
             secs = max(ends) - min(starts)
         if kv.get("lat") == "pgbench":
             _, _, lats = pgbench_log(repdir, "main")
             p50, p99 = percentile(lats, 0.5), percentile(lats, 0.99)
+        elif kv.get("lat") == "none":
+            p50 = p99 = None
         else:
             p50 = float(kv["lat_p50"]) if kv.get("lat_p50") else None
             p99 = float(kv["lat_p99"]) if kv.get("lat_p99") else None
@@ -168,6 +191,32 @@ def measure(repdir):
     except (KeyError, ValueError, ZeroDivisionError) as e:
         out["error"] = "incomplete measurement (%s: %s)" % (type(e).__name__, e)
     return out
+
+
+def fairness(kv):
+    """FL1: the tenants' shares of the first claims, from bench/run's kv"""
+    first = int(kv["fair_first"] or 0)
+    small_got, small_all = (int(x) for x in kv["fair_small_claimed"].split("/"))
+    share = (lambda c: 100.0 * int(c or 0) / first) if first else (lambda c: None)
+    counts = {}
+    for item in (kv.get("fair_counts") or "").split(","):
+        if ":" in item:
+            k, c = item.split(":", 1)
+            counts[k] = int(c)
+    return {
+        "first_claims": first,
+        "limit": kv.get("fair_limit", ""),
+        "counts": counts,
+        "t0_pct": share(kv["fair_t0"]),
+        "small_min_pct": share(kv["fair_small_min"]),
+        "small_max_pct": share(kv["fair_small_max"]),
+        "small_claimed": small_got,
+        "small_total": small_all,
+        # claim number and time (s after the first claim) of the last
+        # small-tenant job: meaningful once all of them were claimed
+        "small_last_claim": int(kv["fair_small_last_rank"] or 0) if small_got == small_all else None,
+        "small_last_s": float(kv["fair_small_last_s"] or 0) if small_got == small_all else None,
+    }
 
 
 # ----------------------------------------------------------------- format
@@ -206,8 +255,27 @@ def line(repdir):
     s = "%8s jobs/s  p50/p99 %-15s WAL %6s B/job  commits %5s/job  dead %5s/job" % (
         fmt_num(m["jobs_s"], "jobs_s"), lat, fmt_num(m["wal_per_job"], "bytes"),
         fmt_num(m["commits_per_job"], ""), fmt_num(m["dead_per_job"], ""))
+    if m.get("fairness"):
+        s += "  " + fair_text(m["fairness"])
     if m["notes"]:
         s += "  (" + "; ".join(m["notes"]) + ")"
+    return s
+
+
+def fmt_pct(x):
+    return "–" if x is None else "{:.1f}%".format(x)
+
+
+def fair_text(f):
+    """one FL1 window's fairness, in a few words"""
+    s = "first %s claims: t0 %s, t1..t10 %s–%s" % (
+        "{:,}".format(f["first_claims"]), fmt_pct(f["t0_pct"]), fmt_pct(f["small_min_pct"]),
+        fmt_pct(f["small_max_pct"]))
+    if f["small_last_claim"] is not None:
+        s += "; all small-tenant jobs claimed by claim #{:,} ({:.2f} s)".format(
+            f["small_last_claim"], f["small_last_s"])
+    else:
+        s += "; small-tenant jobs claimed: {:,} of {:,}".format(f["small_claimed"], f["small_total"])
     return s
 
 
@@ -247,6 +315,16 @@ def aggregate(runs):
             "lat_what": next((r["lat_what"] for r in rs if r["lat_what"]), ""),
             "notes": notes, "metrics": metrics,
         }
+        fair = [r["fairness"] for r in rs_ok if r.get("fairness")]
+        if fair:
+            fa = {"limit": fair[0]["limit"], "first_claims": fair[0]["first_claims"],
+                  "per_run": fair}
+            for k in ("t0_pct", "small_min_pct", "small_max_pct", "small_claimed",
+                      "small_last_claim", "small_last_s"):
+                vals = [f[k] for f in fair if f[k] is not None]
+                fa[k] = statistics.median(vals) if len(vals) == len(fair) else None
+            fa["small_total"] = fair[0]["small_total"]
+            agg[key]["fairness"] = fa
     return agg
 
 
@@ -276,10 +354,22 @@ def tables(agg, meta):
                 continue
             g = lambda k: med(agg, s, y, k)
             cell = ""
-            if both and y == "pgjq":
+            if y == "pgjq" and s in PGJQ_ONLY:
+                # measured for pgjq only: against the baseline's row of a
+                # related scenario, when it was measured
+                ref = PGJQ_ONLY[s]
+                if (ref, "baseline") in agg and agg[(ref, "baseline")]["metrics"]:
+                    cell = "vs baseline %s: " % ref + " · ".join(
+                        fmt_ratio(ratio(g(k), med(agg, ref, "baseline", k)))
+                        for k in ("jobs_s", "wal_per_job", "commits_per_job", "dead_per_job"))
+                else:
+                    cell = "n/a (pgjq only)"
+            elif both and y == "pgjq":
                 cell = " · ".join(fmt_ratio(ratio(g(k), med(agg, s, "baseline", k)))
                                   for k in ("jobs_s", "wal_per_job", "commits_per_job",
                                             "dead_per_job"))
+                if s in CAVEAT:
+                    cell += " (%s)" % CAVEAT[s]
             out.append("| %s | %s | %s | %s / %s | %s | %s | %s | %s |" % (
                 s, y, fmt_num(g("jobs_s"), "jobs_s"), fmt_num(g("p50_ms"), "ms"),
                 fmt_num(g("p99_ms"), "ms"), fmt_num(g("wal_per_job"), "bytes"),
@@ -330,8 +420,40 @@ def tables(agg, meta):
                            s, fmt_ratio(rj), mark(rj is not None and rj >= 1.5),
                            fmt_ratio(rw), mark(rw is not None and rw <= 1.005),
                            fmt_ratio(rc), mark(rc is not None and rc <= 1.005)))
+    a = agg.get(("L1W", "pgjq"))
+    if a and a["metrics"]:
+        p99 = med(agg, "L1W", "pgjq", "p99_ms")
+        line = "- L1W: pickup p99 %s ms with claim's wait (target < %g ms at ~200 jobs/s: %s)" % (
+            fmt_num(p99, "ms"), L1W_P99_TARGET_MS,
+            "met" if p99 is not None and p99 < L1W_P99_TARGET_MS else "**not met**")
+        b = med(agg, "L1", "baseline", "p99_ms")
+        if b is not None:
+            line += "; the baseline's polling L1: p99 %s ms" % fmt_num(b, "ms")
+        tgt.append(line)
     targets = "\n".join(tgt)
-    return main, details, legend, targets
+
+    fair = ["| scenario | system | limit | jobs/s | first claims | t0's share | "
+            "t1..t10 share min–max | all small-tenant jobs claimed by | per run |",
+            "|---|---|---|--:|--:|--:|--:|--:|---|"]
+    for s in scns:
+        for y in systems:
+            a = agg.get((s, y))
+            if a is None or "fairness" not in a:
+                continue
+            f = a["fairness"]
+            if f["small_last_claim"] is not None:
+                by = "claim #{:,} ({:.2f} s)".format(int(f["small_last_claim"]), f["small_last_s"])
+            else:
+                by = "not all: {:,} of {:,} claimed".format(int(f["small_claimed"] or 0),
+                                                          f["small_total"])
+            fair.append("| %s | %s | %s | %s | %s | %s | %s–%s | %s | %s |" % (
+                s, y, f["limit"], fmt_num(med(agg, s, y, "jobs_s"), "jobs_s"),
+                "{:,}".format(f["first_claims"]), fmt_pct(f["t0_pct"]),
+                fmt_pct(f["small_min_pct"]), fmt_pct(f["small_max_pct"]), by,
+                "; ".join(",".join("%s:%d" % kc for kc in r["counts"].items())
+                          for r in f["per_run"])))
+    fairness_table = "\n".join(fair) if len(fair) > 2 else ""
+    return main, details, legend, targets, fairness_table
 
 
 def chart(agg, png):
@@ -398,7 +520,7 @@ def report(rundir, prefix, docs):
     runs.sort(key=lambda r: (ORDER.index(r["scenario"]) if r["scenario"] in ORDER else 99,
                              r["system"], r["rep"]))
     agg = aggregate(runs)
-    main, details, legend, targets = tables(agg, meta)
+    main, details, legend, targets, fairness_table = tables(agg, meta)
 
     result = {
         "stamp": meta.get("stamp"),
@@ -411,6 +533,7 @@ def report(rundir, prefix, docs):
         "configuration": [c.strip() for c in meta_conf],
         "promotion": meta.get("promotion"),
         "poll_ms": meta.get("poll_ms"),
+        "wait": meta.get("wait"),
         "sizes": meta.get("sizes"),
         "results": [agg[k] for k in sorted(agg, key=lambda k: (
             ORDER.index(k[0]) if k[0] in ORDER else 99, SYSTEMS.index(k[1])))],
@@ -431,8 +554,14 @@ def report(rundir, prefix, docs):
                 meta.get("reps"), meta.get("promotion")))
     md = [head, "", main, ""]
     if targets:
-        md += ["Targets (pgjq against the baseline; \"≤ 1×\" allows 0.5% for background "
-               "activity):", "", targets, ""]
+        md += ["Targets (pgjq against the baseline, and L1W's pickup latency; \"≤ 1×\" "
+               "allows 0.5% for background activity):", "", targets, ""]
+    if fairness_table:
+        md += ["Fairness (FL1; medians of the runs): each tenant's share of the first claims, "
+               "in claim order (claim time, then token). With fair round-robin across the 11 "
+               "tenants each gets 1/11 ≈ 9.1% until the small tenants run out; FIFO gives t0 "
+               "everything it enqueued first. Per run: jobs per tenant among the first claims.",
+               "", fairness_table, ""]
     md += ["Scenarios and what their latency measures:", "", legend, "",
            "Details (medians unless a range is shown):", "", details, ""]
     with open(prefix + ".md", "w") as f:
@@ -443,6 +572,9 @@ def report(rundir, prefix, docs):
     if targets:
         print()
         print(targets)
+    if fairness_table:
+        print()
+        print(fairness_table)
     if docs:
         begin, end = "<!-- bench:results:begin -->", "<!-- bench:results:end -->"
         text = open(docs).read()
