@@ -41,24 +41,36 @@
  * up to $4 keys from the start up to the cursor $5 (part 2: the wrap-around).
  * Both parts are loose index scans.  No row: no ready job at >= $2.
  */
+#define NEXT_KEY(cte) \
+	"  SELECT (SELECT j.fair_key FROM pgjq.job j" \
+	"           WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = (SELECT priority FROM p)" \
+	"             AND j.fair_key > " cte ".fair_key" \
+	"           ORDER BY j.queue_id, j.priority, j.fair_key LIMIT 1)"
 #define KEY_AFTER(cte, bound) \
 	"  (SELECT j.fair_key FROM pgjq.job j" \
 	"    WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = (SELECT priority FROM p)" \
 	"      AND j.fair_key >= " bound \
 	"    ORDER BY j.queue_id, j.priority, j.fair_key LIMIT 1)" \
 	"  UNION ALL" \
-	"  SELECT (SELECT j.fair_key FROM pgjq.job j" \
-	"           WHERE j.queue_id = $1 AND j.state = 'r' AND j.priority = (SELECT priority FROM p)" \
-	"             AND j.fair_key > " cte ".fair_key" \
-	"           ORDER BY j.queue_id, j.priority, j.fair_key LIMIT 1)"
+	NEXT_KEY(cte)
+
+/*
+ * p: the smallest priority >= $2 with a ready job and its first key, found
+ * by one index descent; b, the wrap-around part, starts from that key.
+ */
+#define FIRST_KEY \
+	" p AS (SELECT priority, fair_key FROM pgjq.job" \
+	"        WHERE queue_id = $1 AND state = 'r' AND priority >= $2" \
+	"        ORDER BY queue_id, priority, fair_key LIMIT 1),"
+#define WRAP_KEYS \
+	" b(fair_key) AS ((SELECT fair_key FROM p) UNION ALL " NEXT_KEY("b") \
+	"                 FROM b WHERE b.fair_key < $5)"
 
 static PgjqPlan plan_scan = {
 	"WITH RECURSIVE"
-	" p AS (SELECT priority FROM pgjq.job"
-	"        WHERE queue_id = $1 AND state = 'r' AND priority >= $2"
-	"        ORDER BY queue_id, priority LIMIT 1),"
+	FIRST_KEY
 	" a(fair_key) AS (" KEY_AFTER("a", "$3") " FROM a WHERE a.fair_key IS NOT NULL),"
-	" b(fair_key) AS (" KEY_AFTER("b", "''") " FROM b WHERE b.fair_key < $5)"
+	WRAP_KEYS
 	" SELECT (SELECT priority FROM p), 1, x.fair_key"
 	"   FROM (SELECT fair_key FROM a WHERE fair_key IS NOT NULL LIMIT $4) x"
 	" UNION ALL"
@@ -77,11 +89,9 @@ static PgjqPlan plan_scan = {
  */
 static PgjqPlan plan_round = {
 	"WITH RECURSIVE"
-	" p AS (SELECT priority FROM pgjq.job"
-	"        WHERE queue_id = $1 AND state = 'r' AND priority >= $2"
-	"        ORDER BY queue_id, priority LIMIT 1),"
+	FIRST_KEY
 	" a(fair_key) AS (" KEY_AFTER("a", "$3") " FROM a WHERE a.fair_key IS NOT NULL),"
-	" b(fair_key) AS (" KEY_AFTER("b", "''") " FROM b WHERE b.fair_key < $5),"
+	WRAP_KEYS ","
 	" k AS (SELECT z.fair_key, row_number() OVER (ORDER BY z.part, z.fair_key) AS ord"
 	"         FROM ((SELECT 1 AS part, fair_key FROM a WHERE fair_key IS NOT NULL LIMIT $4)"
 	"               UNION ALL"
