@@ -73,8 +73,9 @@ pgjq_arg_queue_name(FunctionCallInfo fcinfo, int argno)
 
 /*
  * An interval as microseconds, a month counting as 30 days (as PostgreSQL's
- * own interval comparisons do).  Infinite intervals (PostgreSQL 17) map to
- * PG_INT64_MAX or PG_INT64_MIN so range checks reject them.
+ * own interval comparisons do).  Infinite intervals (PostgreSQL 17), and
+ * intervals beyond about 292,000 years that do not fit in microseconds, map
+ * to PG_INT64_MAX or PG_INT64_MIN so range checks reject them.
  */
 int64
 pgjq_interval_usec(const Interval *iv)
@@ -88,10 +89,9 @@ pgjq_interval_usec(const Interval *iv)
 	if (INTERVAL_IS_NOEND(iv))
 		return PG_INT64_MAX;
 #endif
-	days = (int64) iv->month * DAYS_PER_MONTH + iv->day;
-	if (days > INT64CONST(1000000000) || days < -INT64CONST(1000000000))
+	days = (int64) iv->month * DAYS_PER_MONTH + iv->day;	/* cannot overflow */
+	if (pg_mul_s64_overflow(days, USECS_PER_DAY, &result))
 		return days > 0 ? PG_INT64_MAX : PG_INT64_MIN;
-	result = days * USECS_PER_DAY;
 	if (pg_add_s64_overflow(result, iv->time, &result))
 		return iv->time > 0 ? PG_INT64_MAX : PG_INT64_MIN;
 	return result;
@@ -171,8 +171,9 @@ pgjq_check_key(text *key, const char *argname, int maxlen)
 }
 
 /*
- * Check a payload against pgjq.max_payload_size (in its stored, possibly
- * compressed form: that is what a job costs the table and the WAL).
+ * Check a payload against pgjq.max_payload_size: its size as jsonb before
+ * any compression, so that a client can tell in advance whether a payload
+ * fits (what TOAST later makes of it depends on the data).
  */
 void
 pgjq_check_payload(Datum payload, const char *argname)

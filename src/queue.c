@@ -151,23 +151,19 @@ pgjq_drop_queue(PG_FUNCTION_ARGS)
 	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
 	bool		force = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
 	PgjqQueue	queue;
+	int64		running;
 
 	pgjq_storage_begin();
 	pgjq_storage_queue_lock(name, AccessExclusiveLock);
 	pgjq_storage_queue_get_or_error(name, &queue);
-	if (!force)
-	{
-		int64		running = pgjq_storage_queue_running(queue.queue_id);
-
-		if (running > 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_IN_USE),
-					 errmsg_plural("queue \"%s\" has %lld running job",
-								   "queue \"%s\" has %lld running jobs",
-								   running, name, (long long) running),
-					 errhint("Wait for them to finish, or use drop_queue(..., force => true).")));
-	}
-	pgjq_storage_queue_delete(queue.queue_id);
+	running = pgjq_storage_queue_delete(queue.queue_id, force);
+	if (running > 0 && !force)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg_plural("queue \"%s\" has %lld running job",
+							   "queue \"%s\" has %lld running jobs",
+							   running, name, (long long) running),
+				 errhint("Wait for them to finish, or use drop_queue(..., force => true).")));
 	pgjq_storage_end();
 	PG_RETURN_VOID();
 }

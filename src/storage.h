@@ -145,8 +145,7 @@ extern void pgjq_storage_queue_get_or_error(const char *name, PgjqQueue *queue);
 extern bool pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s);
 extern void pgjq_storage_queue_update(int32 queue_id, const PgjqQueueSettings *s);
 extern void pgjq_storage_queue_set_paused(int32 queue_id, bool paused);
-extern int64 pgjq_storage_queue_running(int32 queue_id);
-extern void pgjq_storage_queue_delete(int32 queue_id);
+extern int64 pgjq_storage_queue_delete(int32 queue_id, bool force);
 extern int64 pgjq_storage_queue_purge(int32 queue_id);
 
 /* storage_job.c */

@@ -154,7 +154,11 @@ static PgjqPlan plan_cancel_running = {
 
 /*
  * Of dead jobs sharing a dedup_key only the newest is redriven, and none
- * whose key an unfinished job holds: the unique index stays satisfied.
+ * whose key an unfinished job holds: the unique index stays satisfied.  The
+ * NOT EXISTS test uses the statement's snapshot, so an unfinished job with
+ * the key can still appear concurrently (an uncommitted enqueue, another
+ * retry_dead): ON CONFLICT then skips the job and kept puts its history row
+ * back, so it stays dead instead of the whole call failing.
  */
 static PgjqPlan plan_retry_dead = {
 	"WITH c AS (SELECT h.id FROM pgjq.job_history h"
@@ -171,15 +175,19 @@ static PgjqPlan plan_retry_dead = {
 	"                          ORDER BY h.dedup_key, h.id DESC) k),"
 	" d AS (DELETE FROM pgjq.job_history h USING c"
 	"        WHERE h.id = c.id AND h.queue_id = $1 AND h.state = 'd'"
-	"       RETURNING h.*)"
-	" INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
+	"       RETURNING h.*),"
+	" r AS (INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
 	"        max_attempts, token, enqueued_at, run_at, worker, last_error, cancel_requested,"
 	"        payload)"
 	" SELECT d.id, d.queue_id, 'r', d.priority, d.fair_key, d.dedup_key, 0, d.max_attempts,"
 	"        d.token, d.enqueued_at, $3, d.worker, d.last_error, false,"
 	"        COALESCE(d.payload, '{}')"
 	"   FROM d"
-	" RETURNING queue_id",
+	" ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
+	" RETURNING id, queue_id),"
+	" kept AS (INSERT INTO pgjq.job_history"
+	"       SELECT d.* FROM d WHERE NOT EXISTS (SELECT 1 FROM r WHERE r.id = d.id))"
+	" SELECT queue_id FROM r",
 	3, {INT4OID, INT8ARRAYOID, TIMESTAMPTZOID}
 };
 

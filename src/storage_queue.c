@@ -73,11 +73,6 @@ static PgjqPlan plan_set_paused = {
 	2, {INT4OID, BOOLOID}
 };
 
-static PgjqPlan plan_running = {
-	"SELECT count(*) FROM pgjq.job WHERE queue_id = $1 AND state = 'a'",
-	1, {INT4OID}
-};
-
 static PgjqPlan plan_delete_jobs = {
 	"WITH d AS (DELETE FROM pgjq.job WHERE queue_id = $1 RETURNING state, fair_key)"
 	" SELECT fair_key, count(*)::int4 FROM d WHERE state = 'a' GROUP BY fair_key",
@@ -291,25 +286,33 @@ pgjq_storage_queue_set_paused(int32 queue_id, bool paused)
 	queue_changed();
 }
 
-int64
-pgjq_storage_queue_running(int32 queue_id)
-{
-	Datum		values[1] = {Int32GetDatum(queue_id)};
-
-	pgjq_spi_run(&plan_running, values, NULL, 1);
-	return pgjq_spi_get_int64(0, 1);
-}
-
 /*
  * Remove a queue and its unfinished jobs.  Its history stays until pruned: a
  * dropped queue's history counts as retention zero.
+ *
+ * The DELETE itself is the check for running jobs: it waits for a concurrent
+ * claim that holds a job's row and then sees that job as running, so a job
+ * leased by a claim that commits while drop_queue runs is counted, never
+ * deleted behind its worker's back (a separate count would use an older
+ * snapshot).  Returns the number of running jobs; when there are any and
+ * force is false, nothing is reported and the queue row stays, and the
+ * caller must raise an error, which rolls the DELETE back.
  */
-void
-pgjq_storage_queue_delete(int32 queue_id)
+int64
+pgjq_storage_queue_delete(int32 queue_id, bool force)
 {
 	Datum		values[1] = {Int32GetDatum(queue_id)};
+	int64		running = 0;
 
 	pgjq_spi_run(&plan_delete_jobs, values, NULL, 0);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+
+		running += DatumGetInt32(pgjq_spi_get(r, 2, &isnull));
+	}
+	if (running > 0 && !force)
+		return running;
 	if (pgjq_left_running_hook)
 		for (uint64 r = 0; r < SPI_processed; r++)
 		{
@@ -321,6 +324,7 @@ pgjq_storage_queue_delete(int32 queue_id)
 		}
 	pgjq_spi_run(&plan_delete, values, NULL, 0);
 	queue_changed();
+	return running;
 }
 
 int64

@@ -165,6 +165,17 @@ SELECT pgjq.alter_queue('qb', retention => '-1 second');
 SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
 SELECT count(*) FROM pgjq.claim('qb', lease => '1000 years');
 SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
+-- days * 86400000000 past 2^63 wraps: 213503983 days would read as about 16 h
+SELECT count(*) FROM pgjq.claim('qb', lease => '213503983 days');
+SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
+SELECT pgjq.create_queue('qb_bad', lease => '213503983 days');
+SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
+SELECT pgjq.create_queue('qb_bad', lease => '7116799 months');
+SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
+SELECT pgjq.enqueue('qb', delay => '-213503983 days');
+SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
+SELECT pgjq.heartbeat(:run_id, :run_token, extend => '106751992 days');
+SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
 SELECT pgjq.heartbeat(:run_id, :run_token, extend => '-1 second');
 SELECT :'SQLSTATE' AS sqlstate, regress.unchanged();
 SELECT pgjq.heartbeat(:run_id, :run_token, extend => '1000 years');
