@@ -112,7 +112,13 @@ CREATE TABLE pgjq.job_done (
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgjq.job_done IS 'completed jobs, one row per completing call and queue, in hourly partitions (private)';
 
-CREATE INDEX job_done_id_idx ON pgjq.job_done USING brin (min_id, max_id);
+/*
+ * Neither history table has indexes of its own: each hourly partition gets
+ * them when it is created (a BRIN on (min_id, max_id) here; (id) and the
+ * dead jobs' (queue_id) in job_history).  A partitioned index would make
+ * pg_restore fail: it attaches each dumped partition, which creates the
+ * partition's index from the parent's, then creates the dumped one again.
+ */
 
 CREATE TABLE pgjq.job_history (
 	id				bigint NOT NULL,
@@ -132,8 +138,6 @@ CREATE TABLE pgjq.job_history (
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgjq.job_history IS 'dead and cancelled jobs, in hourly partitions by finish time (private)';
 
-CREATE INDEX job_history_id_idx ON pgjq.job_history (id);
-CREATE INDEX job_history_dead_idx ON pgjq.job_history (queue_id) WHERE state = 'd';
 
 /*
  * One row per history partition (of either table).  queue_ids is filled once

@@ -13,6 +13,10 @@
  * EXCLUSIVE lock on the parent: concurrent inserts into other partitions go
  * on, and two creators serialize on that lock and re-check after it.
  *
+ * The parents have no indexes: each partition gets its own when it is
+ * created (see create_partition_indexes), so that pg_dump and pg_restore
+ * handle the partitions like any other table.
+ *
  * Pruning (maintenance only): every bound below is shifted by a grace of
  * GRACE (passed as $2): a finishing call takes its finish time a moment
  * before it inserts, so a partition may still receive rows just after its
@@ -106,6 +110,28 @@ unix_seconds(TimestampTz ts)
 		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY;
 }
 
+/*
+ * Each partition gets its own indexes, made while it is new and empty: the
+ * parents have none.  A partitioned index on a parent that CREATE EXTENSION
+ * makes would break pg_restore, which attaches a dumped partition (creating
+ * its index from the parent's) and then creates the dumped index again.
+ */
+static void
+create_partition_indexes(const char *table, const char *name)
+{
+	if (strcmp(table, "job_done") == 0)
+		pgjq_spi_exec_utility(psprintf("CREATE INDEX %s_id_idx ON pgjq.%s"
+									   " USING brin (min_id, max_id)", name, name));
+	else
+	{
+		pgjq_spi_exec_utility(psprintf("CREATE INDEX %s_id_idx ON pgjq.%s (id)",
+									   name, name));
+		pgjq_spi_exec_utility(psprintf("CREATE INDEX %s_dead_idx ON pgjq.%s (queue_id)"
+									   " WHERE state OPERATOR(pg_catalog.=) 'd'",
+									   name, name));
+	}
+}
+
 static void
 create_partition(const char *table, TimestampTz lo)
 {
@@ -122,6 +148,7 @@ create_partition(const char *table, TimestampTz lo)
 	pgjq_spi_exec_utility(psprintf("CREATE TABLE pgjq.%s"
 								   " (LIKE pgjq.%s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
 								   name, table));
+	create_partition_indexes(table, name);
 	pgjq_spi_exec_utility(psprintf("ALTER TABLE pgjq.%s ATTACH PARTITION pgjq.%s"
 								   " FOR VALUES FROM (pg_catalog.to_timestamp(" INT64_FORMAT "))"
 								   " TO (pg_catalog.to_timestamp(" INT64_FORMAT "))",

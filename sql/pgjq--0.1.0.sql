@@ -1,0 +1,533 @@
+/*
+ * pgjq: a job queue inside PostgreSQL.
+ *
+ * The schema of version 0.1.0, frozen: kept so that an installation can be
+ * created at 0.1.0 and updated (ALTER EXTENSION pgjq UPDATE), which the
+ * upgrade test does.  The current version's script is sql/pgjq.sql.  Everything user-visible lives in
+ * schema pgjq.  Tables are private: no role but the extension owner touches
+ * them; the API functions are SECURITY DEFINER with a fixed search_path and
+ * check their arguments in C.  Nothing is granted to PUBLIC: the three
+ * NOLOGIN roles pgjq_producer, pgjq_worker and pgjq_admin carry the
+ * privileges (see README.md, "Privileges").
+ */
+
+\echo Use "CREATE EXTENSION pgjq" to load this file. \quit
+
+/* ---------------------------------------------------------------- roles */
+
+DO $roles$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgjq_producer') THEN
+		CREATE ROLE pgjq_producer NOLOGIN;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgjq_worker') THEN
+		CREATE ROLE pgjq_worker NOLOGIN;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgjq_admin') THEN
+		CREATE ROLE pgjq_admin NOLOGIN;
+	END IF;
+END
+$roles$;
+
+REVOKE ALL ON SCHEMA pgjq FROM PUBLIC;
+GRANT USAGE ON SCHEMA pgjq TO pgjq_producer, pgjq_worker, pgjq_admin;
+
+/* --------------------------------------------------------------- tables */
+
+CREATE TABLE pgjq.queue (
+	queue_id		integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	name			text NOT NULL UNIQUE,
+	lease			interval NOT NULL,
+	max_attempts	integer NOT NULL,
+	backoff_base	interval NOT NULL,
+	backoff_max		interval NOT NULL,
+	retention		interval NOT NULL,
+	concurrency		integer,
+	key_concurrency	integer,
+	rate			double precision,
+	burst			integer,
+	paused			boolean NOT NULL DEFAULT false,
+	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE pgjq.queue IS 'one row per queue and its settings (private: use the pgjq functions)';
+
+CREATE SEQUENCE pgjq.job_id_seq AS bigint;
+CREATE SEQUENCE pgjq.token_seq AS bigint;
+
+/*
+ * Unfinished jobs: scheduled ('s'), ready ('r') and running ('a', leased).
+ * One table for the three states keeps dedup a single partial unique index
+ * and makes every transition one UPDATE; the partial indexes keep claim,
+ * promotion and rescue each on an index of only its own state.
+ */
+CREATE TABLE pgjq.job (
+	id				bigint NOT NULL PRIMARY KEY,
+	queue_id		integer NOT NULL,
+	state			"char" NOT NULL CHECK (state IN ('s', 'r', 'a')),
+	priority		smallint NOT NULL,
+	fair_key		text COLLATE "C" NOT NULL,
+	dedup_key		text,
+	attempt			integer NOT NULL,
+	max_attempts	integer NOT NULL,
+	token			bigint NOT NULL,
+	enqueued_at		timestamptz NOT NULL,
+	run_at			timestamptz NOT NULL,
+	lease_until		timestamptz,
+	worker			text,
+	last_error		text,
+	cancel_requested boolean NOT NULL,
+	payload			jsonb NOT NULL
+);
+COMMENT ON TABLE pgjq.job IS 'unfinished jobs: scheduled, ready and running (private)';
+
+CREATE INDEX job_ready_idx ON pgjq.job (queue_id, priority, fair_key, id) WHERE state = 'r';
+CREATE INDEX job_scheduled_idx ON pgjq.job (run_at) WHERE state = 's';
+CREATE INDEX job_running_idx ON pgjq.job (lease_until) WHERE state = 'a';
+CREATE UNIQUE INDEX job_dedup_idx ON pgjq.job (queue_id, dedup_key) WHERE dedup_key IS NOT NULL;
+
+/*
+ * Finished jobs live in two tables, both range partitioned by finished_at in
+ * one-hour partitions (UTC), so prune() only ever truncates and drops whole
+ * partitions: once the longest retention among the queues with rows in a
+ * partition has passed since its end.  Partitions are created ahead by
+ * maintenance and on demand by the finishing call (src/storage_history.c);
+ * pgjq.history_partition lists them.
+ *
+ * pgjq.job_done: completed jobs, one compact row per complete() call and
+ * queue (ids, attempts and enqueue times as arrays), so a batch of n
+ * completions writes one small tuple instead of n; BRIN on the id range finds
+ * a job for pgjq.job() at no WAL cost per insert.
+ *
+ * pgjq.job_history: dead ('d') and cancelled ('x') jobs, one row each, with
+ * everything needed to look at them and, for dead jobs, the payload that
+ * retry_dead() runs again.
+ */
+CREATE TABLE pgjq.job_done (
+	queue_id		integer NOT NULL,
+	finished_at		timestamptz NOT NULL,
+	min_id			bigint NOT NULL,
+	max_id			bigint NOT NULL,
+	ids				bigint[] NOT NULL,
+	attempts		integer[] NOT NULL,
+	enqueued_at		timestamptz[] NOT NULL
+) PARTITION BY RANGE (finished_at);
+COMMENT ON TABLE pgjq.job_done IS 'completed jobs, one row per completing call and queue, in hourly partitions (private)';
+
+CREATE INDEX job_done_id_idx ON pgjq.job_done USING brin (min_id, max_id);
+
+CREATE TABLE pgjq.job_history (
+	id				bigint NOT NULL,
+	queue_id		integer NOT NULL,
+	state			"char" NOT NULL CHECK (state IN ('d', 'x')),
+	priority		smallint NOT NULL,
+	fair_key		text COLLATE "C" NOT NULL,
+	dedup_key		text,
+	attempt			integer NOT NULL,
+	max_attempts	integer NOT NULL,
+	token			bigint NOT NULL,
+	enqueued_at		timestamptz NOT NULL,
+	finished_at		timestamptz NOT NULL,
+	worker			text,
+	last_error		text,
+	payload			jsonb
+) PARTITION BY RANGE (finished_at);
+COMMENT ON TABLE pgjq.job_history IS 'dead and cancelled jobs, in hourly partitions by finish time (private)';
+
+CREATE INDEX job_history_id_idx ON pgjq.job_history (id);
+CREATE INDEX job_history_dead_idx ON pgjq.job_history (queue_id) WHERE state = 'd';
+
+/*
+ * One row per history partition (of either table).  queue_ids is filled once
+ * the partition's hour has passed (it can no longer receive rows), so prune()
+ * learns which queues' retention applies without scanning it again.
+ */
+CREATE TABLE pgjq.history_partition (
+	relname			name NOT NULL PRIMARY KEY,
+	parent			name NOT NULL,
+	lower_bound		timestamptz NOT NULL,
+	upper_bound		timestamptz NOT NULL,
+	queue_ids		integer[]
+);
+COMMENT ON TABLE pgjq.history_partition IS 'the partitions of pgjq.job_done and pgjq.job_history (private)';
+
+SELECT pg_catalog.pg_extension_config_dump('pgjq.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.job', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.job_history', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.job_done', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.history_partition', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.token_seq', '');
+
+/* ---------------------------------------------------------------- types */
+
+CREATE TYPE pgjq.claimed AS (
+	id				bigint,
+	token			bigint,
+	attempt			integer,
+	payload			jsonb,
+	fair_key		text,
+	priority		smallint,
+	enqueued_at		timestamptz,
+	lease_until		timestamptz
+);
+COMMENT ON TYPE pgjq.claimed IS 'a job handed to a worker by pgjq.claim(): run it, then report its outcome with (id, token)';
+
+/* --------------------------------------------------------------- queues */
+
+CREATE FUNCTION pgjq.create_queue(
+	queue text,
+	lease interval DEFAULT '30 seconds',
+	max_attempts integer DEFAULT 20,
+	backoff_base interval DEFAULT '1 second',
+	backoff_max interval DEFAULT NULL,
+	retention interval DEFAULT '1 day',
+	concurrency integer DEFAULT NULL,
+	key_concurrency integer DEFAULT NULL,
+	rate double precision DEFAULT NULL,
+	burst integer DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_create_queue';
+COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer) IS 'create a queue (backoff_max defaults to the larger of 1 hour and backoff_base)';
+
+CREATE FUNCTION pgjq.alter_queue(
+	queue text,
+	lease interval DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	backoff_base interval DEFAULT NULL,
+	backoff_max interval DEFAULT NULL,
+	retention interval DEFAULT NULL,
+	concurrency integer DEFAULT NULL,
+	key_concurrency integer DEFAULT NULL,
+	rate double precision DEFAULT NULL,
+	burst integer DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_alter_queue';
+COMMENT ON FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer) IS 'change a queue''s settings; NULL leaves a setting unchanged, 0 removes a limit';
+
+CREATE FUNCTION pgjq.drop_queue(queue text, force boolean DEFAULT false)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_drop_queue';
+COMMENT ON FUNCTION pgjq.drop_queue(text, boolean) IS 'drop a queue and all its jobs; refuses while jobs run unless force';
+
+CREATE FUNCTION pgjq.pause(queue text)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_pause';
+COMMENT ON FUNCTION pgjq.pause(text) IS 'stop handing out a queue''s jobs (claims return nothing)';
+
+CREATE FUNCTION pgjq.resume(queue text)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_resume';
+COMMENT ON FUNCTION pgjq.resume(text) IS 'hand out a paused queue''s jobs again';
+
+CREATE FUNCTION pgjq.purge(queue text)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_purge';
+COMMENT ON FUNCTION pgjq.purge(text) IS 'remove a queue''s ready and scheduled jobs; returns how many';
+
+CREATE FUNCTION pgjq.list_queues(
+	OUT queue text,
+	OUT lease interval,
+	OUT max_attempts integer,
+	OUT backoff_base interval,
+	OUT backoff_max interval,
+	OUT retention interval,
+	OUT concurrency integer,
+	OUT key_concurrency integer,
+	OUT rate double precision,
+	OUT burst integer,
+	OUT paused boolean,
+	OUT created_at timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT q.name, q.lease, q.max_attempts, q.backoff_base, q.backoff_max,
+		   q.retention, q.concurrency, q.key_concurrency, q.rate, q.burst,
+		   q.paused, q.created_at
+	  FROM pgjq.queue q
+	 ORDER BY q.name
+$$;
+COMMENT ON FUNCTION pgjq.list_queues() IS 'every queue and its settings';
+
+/* -------------------------------------------------------------- enqueue */
+
+CREATE FUNCTION pgjq.enqueue(
+	queue text,
+	payload jsonb DEFAULT '{}',
+	delay interval DEFAULT NULL,
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	fair_key text DEFAULT NULL,
+	dedup_key text DEFAULT NULL,
+	max_attempts integer DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_enqueue';
+COMMENT ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer) IS 'add one job; returns its id (or the existing job''s id for a duplicate dedup_key)';
+
+CREATE FUNCTION pgjq.enqueue_many(
+	queue text,
+	payloads jsonb[],
+	delay interval DEFAULT NULL,
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	fair_keys text[] DEFAULT NULL,
+	dedup_keys text[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 100
+AS 'MODULE_PATHNAME', 'pgjq_enqueue_many';
+COMMENT ON FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[]) IS 'add many jobs in one statement; returns their ids in input order';
+
+/* ---------------------------------------------------------------- claim */
+
+CREATE FUNCTION pgjq.claim(
+	queue text,
+	batch integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	worker text DEFAULT NULL,
+	wait interval DEFAULT NULL)
+RETURNS SETOF pgjq.claimed
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 10
+AS 'MODULE_PATHNAME', 'pgjq_claim';
+COMMENT ON FUNCTION pgjq.claim(text, integer, interval, text, interval) IS 'lease up to batch ready jobs: smaller priority first, round-robin across fair keys, then oldest first; with wait, sleep until a job is claimable';
+
+CREATE FUNCTION pgjq.claim(
+	queues text[],
+	batch integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	worker text DEFAULT NULL,
+	wait interval DEFAULT NULL)
+RETURNS SETOF pgjq.claimed
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 10
+AS 'MODULE_PATHNAME', 'pgjq_claim_many';
+COMMENT ON FUNCTION pgjq.claim(text[], integer, interval, text, interval) IS 'claim from several queues in the array''s order; a wait wakes on any of them';
+
+/*
+ * await() is SECURITY INVOKER without SET: PostgreSQL allows transaction
+ * control (which it needs to sleep without a snapshot) only then.  It touches
+ * no table itself; these two definer helpers do, called by qualified name.
+ */
+CREATE FUNCTION pgjq._await_ids(queues text[])
+RETURNS integer[]
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_await_ids';
+
+CREATE FUNCTION pgjq._await_ready(queue_ids integer[])
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_await_ready';
+
+CREATE PROCEDURE pgjq.await(queues text[], wait interval)
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'pgjq_await';
+COMMENT ON PROCEDURE pgjq.await(text[], interval) IS 'sleep until one of the queues may have a claimable job (or wait ends) without holding a snapshot; then call claim()';
+
+/* ------------------------------------------------------------- outcomes */
+
+CREATE FUNCTION pgjq.complete(id bigint, token bigint)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_complete';
+COMMENT ON FUNCTION pgjq.complete(bigint, bigint) IS 'mark a running job completed; false when the token is stale';
+
+CREATE FUNCTION pgjq.complete(ids bigint[], tokens bigint[])
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_complete_many';
+COMMENT ON FUNCTION pgjq.complete(bigint[], bigint[]) IS 'complete many running jobs; returns how many were completed (stale tokens are skipped)';
+
+CREATE FUNCTION pgjq.fail(id bigint, token bigint, error text DEFAULT NULL, retry_in interval DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_fail';
+COMMENT ON FUNCTION pgjq.fail(bigint, bigint, text, interval) IS 'report a failed attempt: ''retry'', ''dead'' or ''stale''';
+
+CREATE FUNCTION pgjq.heartbeat(id bigint, token bigint, extend interval DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_heartbeat';
+COMMENT ON FUNCTION pgjq.heartbeat(bigint, bigint, interval) IS 'extend a lease; returns its new end, NULL when stale or cancelled';
+
+CREATE FUNCTION pgjq.snooze(id bigint, token bigint, delay interval)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_snooze';
+COMMENT ON FUNCTION pgjq.snooze(bigint, bigint, interval) IS 'put a running job back to run after delay without spending an attempt';
+
+CREATE FUNCTION pgjq.cancel(id bigint)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_cancel';
+COMMENT ON FUNCTION pgjq.cancel(bigint) IS 'cancel a scheduled or ready job, or ask a running one to stop';
+
+CREATE FUNCTION pgjq.retry_dead(queue text, ids bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_retry_dead';
+COMMENT ON FUNCTION pgjq.retry_dead(text, bigint[]) IS 'make dead jobs ready again with fresh attempts; returns how many';
+
+/* ---------------------------------------------------------- maintenance */
+
+CREATE FUNCTION pgjq.promote()
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_promote';
+COMMENT ON FUNCTION pgjq.promote() IS 'make due scheduled jobs ready; returns how many';
+
+CREATE FUNCTION pgjq.rescue()
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_rescue';
+COMMENT ON FUNCTION pgjq.rescue() IS 'treat running jobs whose lease expired as failed attempts; returns how many';
+
+CREATE FUNCTION pgjq.prune()
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_prune';
+COMMENT ON FUNCTION pgjq.prune() IS 'drop finished history past retention, whole partitions at a time; returns partitions removed';
+
+CREATE FUNCTION pgjq.maintain(OUT promoted bigint, OUT rescued bigint, OUT pruned bigint)
+RETURNS record
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_maintain';
+COMMENT ON FUNCTION pgjq.maintain() IS 'promote(), rescue() and prune() in one call';
+
+/* -------------------------------------------------------- observability */
+
+CREATE TYPE pgjq.job_info AS (
+	id				bigint,
+	queue			text,
+	state			text,
+	attempt			integer,
+	max_attempts	integer,
+	priority		smallint,
+	fair_key		text,
+	dedup_key		text,
+	payload			jsonb,
+	enqueued_at		timestamptz,
+	run_at			timestamptz,
+	lease_until		timestamptz,
+	finished_at		timestamptz,
+	worker			text,
+	last_error		text,
+	cancel_requested boolean
+);
+COMMENT ON TYPE pgjq.job_info IS 'what pgjq.job() reports about one job';
+
+CREATE FUNCTION pgjq.job(id bigint)
+RETURNS SETOF pgjq.job_info
+LANGUAGE sql STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 1
+AS $$
+	SELECT j.id, q.name,
+		   CASE j.state WHEN 's' THEN 'scheduled' WHEN 'r' THEN 'ready' ELSE 'running' END,
+		   j.attempt, j.max_attempts, j.priority, NULLIF(j.fair_key, ''), j.dedup_key,
+		   j.payload, j.enqueued_at, j.run_at, j.lease_until, NULL::timestamptz,
+		   j.worker, j.last_error, j.cancel_requested
+	  FROM pgjq.job j LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id
+	 WHERE j.id OPERATOR(pg_catalog.=) $1
+	UNION ALL
+	SELECT h.id, q.name,
+		   CASE h.state WHEN 'd' THEN 'dead' ELSE 'cancelled' END,
+		   h.attempt, h.max_attempts, h.priority, NULLIF(h.fair_key, ''), h.dedup_key,
+		   h.payload, h.enqueued_at, NULL, NULL, h.finished_at,
+		   h.worker, h.last_error, false
+	  FROM pgjq.job_history h LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) h.queue_id
+	 WHERE h.id OPERATOR(pg_catalog.=) $1
+	UNION ALL
+	SELECT u.id, q.name, 'completed', u.attempt, NULL, NULL, NULL, NULL,
+		   NULL, u.enqueued_at, NULL, NULL, d.finished_at,
+		   NULL, NULL, false
+	  FROM pgjq.job_done d
+	 CROSS JOIN LATERAL unnest(d.ids, d.attempts, d.enqueued_at) AS u(id, attempt, enqueued_at)
+	  LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) d.queue_id
+	 WHERE d.min_id OPERATOR(pg_catalog.<=) $1 AND d.max_id OPERATOR(pg_catalog.>=) $1
+	   AND u.id OPERATOR(pg_catalog.=) $1
+	 LIMIT 1
+$$;
+COMMENT ON FUNCTION pgjq.job(bigint) IS 'a job''s current state, attempts, last error and times, wherever it lives';
+
+/* Internal: the shared-memory limit counters (empty without preload). */
+CREATE FUNCTION pgjq._limits(OUT queue_id integer, OUT running integer, OUT held_back bigint)
+RETURNS SETOF record
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_limits';
+
+/* Internal: true when pgjq was preloaded (its shared memory exists). */
+CREATE FUNCTION pgjq._preloaded()
+RETURNS boolean
+LANGUAGE C STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_preloaded';
+
+CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
+	SELECT q.name AS queue,
+		   q.paused,
+		   COALESCE(u.ready, 0) AS ready,
+		   COALESCE(u.scheduled, 0) AS scheduled,
+		   COALESCE(u.running, 0) AS running,
+		   COALESCE(f.dead, 0) AS dead,
+		   COALESCE(c.completed, 0)::bigint AS completed,
+		   COALESCE(f.cancelled, 0) AS cancelled,
+		   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_ready AS oldest_ready_age,
+		   u.next_run_at,
+		   q.concurrency,
+		   q.key_concurrency,
+		   q.rate,
+		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back
+	  FROM pgjq.queue q
+	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN (SELECT j.queue_id,
+						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS ready,
+						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS scheduled,
+						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'a') AS running,
+						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS oldest_ready,
+						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS next_run_at
+				   FROM pgjq.job j GROUP BY j.queue_id) u ON u.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN (SELECT d.queue_id, pg_catalog.sum(pg_catalog.cardinality(d.ids)) AS completed
+				   FROM pgjq.job_done d GROUP BY d.queue_id) c ON c.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN (SELECT h.queue_id,
+						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'd') AS dead,
+						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'x') AS cancelled
+				   FROM pgjq.job_history h GROUP BY h.queue_id) f ON f.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+COMMENT ON VIEW pgjq.queue_stats IS 'per queue: jobs in each state, the age of the oldest ready job, its limits and how many claims the limits cut short since the server started (NULL without shared_preload_libraries)';
+
+/* ----------------------------------------------------------- privileges */
+
+REVOKE ALL ON ALL TABLES IN SCHEMA pgjq FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgjq FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgjq FROM PUBLIC;
+REVOKE ALL ON ALL PROCEDURES IN SCHEMA pgjq FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION
+	pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer),
+	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[]),
+	pgjq.cancel(bigint),
+	pgjq.job(bigint)
+TO pgjq_producer;
+
+GRANT EXECUTE ON FUNCTION
+	pgjq.claim(text, integer, interval, text, interval),
+	pgjq.claim(text[], integer, interval, text, interval),
+	pgjq.complete(bigint, bigint),
+	pgjq.complete(bigint[], bigint[]),
+	pgjq.fail(bigint, bigint, text, interval),
+	pgjq.heartbeat(bigint, bigint, interval),
+	pgjq.snooze(bigint, bigint, interval),
+	pgjq.job(bigint)
+TO pgjq_worker;
+GRANT EXECUTE ON PROCEDURE pgjq.await(text[], interval) TO pgjq_worker;
+GRANT EXECUTE ON FUNCTION pgjq._await_ids(text[]), pgjq._await_ready(integer[]) TO pgjq_worker;
+
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgjq TO pgjq_admin;
+GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA pgjq TO pgjq_admin;
+/* queue_stats calls it as the reader: it shows only counters */
+GRANT EXECUTE ON FUNCTION pgjq._limits(), pgjq._preloaded() TO pgjq_producer, pgjq_worker;
+GRANT SELECT ON pgjq.queue_stats TO pgjq_producer, pgjq_worker, pgjq_admin;

@@ -1,0 +1,248 @@
+
+# Copyright (c) pgjq contributors
+#
+# Upgrades, dumps and restores keep every job:
+#
+# 1. ALTER EXTENSION pgjq UPDATE from 0.1.0 (its script is kept in sql/) on a
+#    database holding ready, scheduled, running, dead, cancelled and
+#    completed jobs: each keeps its state, running jobs complete with their
+#    tokens, the scheduled one is promoted on time by the background worker,
+#    dead ones can be redriven, dedup keys still hold.  The updated schema is
+#    then compared, object by object, with a new installation of the current
+#    version, so an upgrade script that forgets a change fails here.
+# 2. pg_dump, then pg_restore into a new database: queues, unfinished, dead
+#    and finished jobs come back and work (claim, complete with new tokens),
+#    and the id and token sequences continue above the restored values.
+# 3. META.json (PGXN) agrees with pgjq.control.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use JSON::PP;
+
+# ------------------------------------------------------------ 3. META.json
+
+my ($control_version) = slurp_file('pgjq.control') =~ /^default_version = '([^']+)'/m;
+ok($control_version, "pgjq.control names a version ($control_version)");
+my $meta = decode_json(slurp_file('META.json'));
+for my $field (qw(name abstract version maintainer license provides meta-spec))
+{
+	ok(defined $meta->{$field}, "META.json has the required field $field");
+}
+is($meta->{name}, 'pgjq', 'META.json: name');
+is($meta->{version}, $control_version, 'META.json: version agrees with pgjq.control');
+is($meta->{provides}{pgjq}{version}, $control_version,
+	'META.json: provides.pgjq.version agrees with pgjq.control');
+ok(-f $meta->{provides}{pgjq}{file}, 'META.json: provides.pgjq.file exists');
+is($meta->{'meta-spec'}{version}, '1.0.0', 'META.json: meta-spec 1.0.0');
+like($meta->{version}, qr/^\d+\.\d+\.\d+$/, 'META.json: a semantic version');
+ok(defined $meta->{prereqs}{runtime}{requires}{PostgreSQL},
+	'META.json: requires a PostgreSQL version');
+ok(-f "sql/pgjq--0.1.0.sql", 'the 0.1.0 script is kept');
+ok(-f "sql/pgjq--0.1.0--$control_version.sql",
+	"an update script from 0.1.0 to $control_version exists");
+
+# ------------------------------------------------------------------ server
+
+my $node = PostgreSQL::Test::Cluster->new('upgrade');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'pgjq'
+pgjq.database_names = 'upg'
+pgjq.max_sleep = '1s'
+pgjq.prune_interval = '1h'
+});
+$node->start;
+
+sub sql { my ($db, $q) = @_; return $node->safe_psql($db, $q); }
+
+sub state_of { my ($db, $id) = @_; return sql($db, "SELECT state FROM pgjq.job($id)"); }
+
+# A fingerprint of everything the extension defines in schema pgjq (partitions
+# made at run time aside), one line per object, sorted.
+my $schema_query = q{
+SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+  SELECT 'function ' || p.oid::regprocedure::text || ' ' || md5(pg_get_functiondef(p.oid))
+         || ' acl=' || coalesce(p.proacl::text, '') || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '')
+    FROM pg_proc p WHERE p.pronamespace = 'pgjq'::regnamespace
+  UNION ALL
+  SELECT 'relation ' || c.relname || ' kind=' || c.relkind::text || ' acl=' || coalesce(c.relacl::text, '')
+         || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '')
+         || ' options=' || coalesce(c.reloptions::text, '')
+    FROM pg_class c
+   WHERE c.relnamespace = 'pgjq'::regnamespace AND NOT c.relispartition
+     AND NOT EXISTS (SELECT FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid
+                      WHERE i.indexrelid = c.oid AND t.relispartition)
+  UNION ALL
+  SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+         || ' notnull=' || a.attnotnull || ' default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+         || ' collation=' || a.attcollation::regcollation::text
+    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+   WHERE c.relnamespace = 'pgjq'::regnamespace AND NOT c.relispartition AND c.relkind IN ('r', 'p', 'v', 'c')
+     AND a.attnum > 0 AND NOT a.attisdropped
+  UNION ALL
+  SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+    FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid
+   WHERE t.relnamespace = 'pgjq'::regnamespace AND NOT t.relispartition
+  UNION ALL
+  SELECT 'constraint ' || con.conrelid::regclass::text || ' ' || con.conname || ' ' || pg_get_constraintdef(con.oid)
+    FROM pg_constraint con JOIN pg_class t ON t.oid = con.conrelid
+   WHERE t.relnamespace = 'pgjq'::regnamespace AND NOT t.relispartition
+  UNION ALL
+  SELECT 'view ' || c.relname || ' ' || md5(pg_get_viewdef(c.oid))
+    FROM pg_class c WHERE c.relnamespace = 'pgjq'::regnamespace AND c.relkind = 'v'
+  UNION ALL
+  SELECT 'type ' || t.typname || ' ' || t.typtype::text
+    FROM pg_type t WHERE t.typnamespace = 'pgjq'::regnamespace AND t.typtype <> 'b'
+     AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = t.typrelid AND c.relispartition)
+  UNION ALL
+  SELECT 'config ' || string_agg(c::regclass::text, ',' ORDER BY c::regclass::text)
+    FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'pgjq'
+  UNION ALL
+  SELECT 'schema acl=' || coalesce(n.nspacl::text, '') FROM pg_namespace n WHERE n.nspname = 'pgjq'
+) s(x)};
+
+# Every history partition has its own indexes (the parents have none): one
+# BRIN in job_done's, two btrees in job_history's.
+my $partition_index_query = q{
+SELECT count(*) > 0 AND bool_and(n = CASE WHEN parent = 'job_done' THEN 1 ELSE 2 END)
+  FROM (SELECT p.relname AS parent, (SELECT count(*) FROM pg_index i WHERE i.indrelid = h.inhrelid) AS n
+          FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhparent
+         WHERE h.inhparent IN ('pgjq.job_done'::regclass, 'pgjq.job_history'::regclass)) x};
+
+# Fill a database with one job in every state; returns the ids and tokens.
+sub fill
+{
+	my ($db) = @_;
+	my %j;
+	sql($db, q{
+SELECT pgjq.create_queue('u', lease => '10 minutes');
+SELECT pgjq.create_queue('mortal', max_attempts => 1);
+SELECT pgjq.create_queue('limited', concurrency => 2);
+SELECT pgjq.create_queue('sleepy');
+SELECT pgjq.pause('sleepy');
+});
+	$j{running} = sql($db, "SELECT pgjq.enqueue('u', '{\"n\": \"running\"}', priority => -1)");
+	($j{running_token}) = split /\|/, sql($db, "SELECT token FROM pgjq.claim('u')");
+	$j{completed} = sql($db, "SELECT pgjq.enqueue('u', '{\"n\": \"completed\"}', priority => -1)");
+	sql($db, "SELECT pgjq.complete(id, token) FROM pgjq.claim('u')");
+	$j{ready} = sql($db, "SELECT pgjq.enqueue('u', '{\"n\": \"ready\"}', dedup_key => 'once')");
+	$j{ready2} = sql($db, "SELECT pgjq.enqueue('u', '{\"n\": \"ready2\"}', fair_key => 't1')");
+	$j{scheduled} = sql($db, "SELECT pgjq.enqueue('u', '{\"n\": \"scheduled\"}', delay => '20 seconds')");
+	$j{later} = sql($db, "SELECT pgjq.enqueue('u', '{\"n\": \"later\"}', delay => '1 hour')");
+	$j{cancelled} = sql($db, "SELECT pgjq.enqueue('u', '{\"n\": \"cancelled\"}', delay => '1 hour')");
+	sql($db, "SELECT pgjq.cancel($j{cancelled})");
+	$j{dead} = sql($db, "SELECT pgjq.enqueue('mortal', '{\"n\": \"dead\"}')");
+	sql($db, "SELECT pgjq.fail(id, token, 'boom') FROM pgjq.claim('mortal')");
+	$j{limited} = sql($db, "SELECT pgjq.enqueue('limited', '{\"n\": \"limited\"}')");
+	$j{paused} = sql($db, "SELECT pgjq.enqueue('sleepy', '{\"n\": \"paused\"}')");
+	my %states = (running => 'running', completed => 'completed', ready => 'ready',
+		ready2 => 'ready', scheduled => 'scheduled', later => 'scheduled',
+		cancelled => 'cancelled', dead => 'dead', limited => 'ready', paused => 'ready');
+	$j{states} = \%states;
+	return \%j;
+}
+
+sub check_states
+{
+	my ($db, $j, $what) = @_;
+	for my $k (sort keys %{ $j->{states} })
+	{
+		is(state_of($db, $j->{$k}), $j->{states}{$k}, "$what: the $k job is $j->{states}{$k}");
+	}
+}
+
+# ---------------------------------------------------------------- 1. update
+
+sql('postgres', 'CREATE DATABASE upg');
+sql('upg', "CREATE EXTENSION pgjq VERSION '0.1.0'");
+is(sql('upg', "SELECT extversion FROM pg_extension WHERE extname = 'pgjq'"),
+	'0.1.0', 'installed at 0.1.0');
+my $j = fill('upg');
+check_states('upg', $j, 'before the update');
+
+sql('upg', 'ALTER EXTENSION pgjq UPDATE');
+is(sql('upg', "SELECT extversion FROM pg_extension WHERE extname = 'pgjq'"),
+	$control_version, "updated to $control_version");
+check_states('upg', $j, 'after the update');
+is(sql('upg', $partition_index_query), 't', 'after the update: every history partition has its indexes');
+
+is(sql('upg', "SELECT pgjq.enqueue('u', dedup_key => 'once')"), $j->{ready},
+	'after the update: a dedup_key still finds its unfinished job');
+is(sql('upg', "SELECT pgjq.complete($j->{running}, $j->{running_token})"), 't',
+	'after the update: the running job completes with the token it had');
+is(sql('upg', "SELECT string_agg(id::text, ',' ORDER BY id) FROM pgjq.claim('u', 10)"),
+	join(',', sort { $a <=> $b } ($j->{ready}, $j->{ready2})),
+	'after the update: the ready jobs are claimed, nothing else');
+ok( $node->poll_query_until('upg',
+		"SELECT state = 'ready' FROM pgjq.job($j->{scheduled})"),
+	'after the update: the worker promotes the scheduled job');
+is(sql('upg', "SELECT clock_timestamp() - run_at < interval '10 seconds' FROM pgjq.job($j->{scheduled})"),
+	't', 'after the update: promoted within 10 s of due');
+is(sql('upg', "SELECT pgjq.retry_dead('mortal')"), '1', 'after the update: the dead job is redriven');
+is(sql('upg', "SELECT count(pgjq.complete(id, token)) FROM pgjq.claim('mortal')"), '1',
+	'after the update: the redriven job is claimed and completed');
+is(sql('upg', "SELECT count(*) FROM pgjq.claim('sleepy')"), '0', 'after the update: a paused queue stays paused');
+is(sql('upg', "SELECT count(*) FROM pgjq.claim('limited', 5)"), '1',
+	'after the update: a queue with limits still hands out its job');
+
+sql('postgres', 'CREATE DATABASE fresh');
+sql('fresh', 'CREATE EXTENSION pgjq');
+my $updated = sql('upg', $schema_query);
+my $fresh = sql('fresh', $schema_query);
+ok(length($fresh) > 1000, 'the schema fingerprint covers the objects');
+is($updated, $fresh, 'an updated installation has the same schema as a new one')
+  or diag(join("\n", 'only in the updated one:', (grep { my $l = $_; !grep { $_ eq $l } split /\n/, $fresh } split /\n/, $updated),
+		'only in the new one:', (grep { my $l = $_; !grep { $_ eq $l } split /\n/, $updated } split /\n/, $fresh)));
+
+# ------------------------------------------------------- 2. dump and restore
+
+sql('postgres', 'CREATE DATABASE src');
+sql('src', 'CREATE EXTENSION pgjq');
+my $s = fill('src');
+my $max_id = sql('src', 'SELECT last_value FROM pgjq.job_id_seq');
+my $max_token = sql('src', 'SELECT last_value FROM pgjq.token_seq');
+my $queues = sql('src', 'SELECT string_agg(queue, \',\' ORDER BY queue) FROM pgjq.list_queues()');
+
+my $dump = PostgreSQL::Test::Utils::tempdir . '/src.dump';
+$node->command_ok([ 'pg_dump', '-Fc', '-d', $node->connstr('src'), '-f', $dump ], 'pg_dump of a database with pgjq');
+sql('postgres', 'CREATE DATABASE dst');
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('dst'), $dump ],
+	'pg_restore into a new database, without errors');
+
+is(sql('dst', 'SELECT string_agg(queue, \',\' ORDER BY queue) FROM pgjq.list_queues()'),
+	$queues, 'after restore: the queues are back');
+check_states('dst', $s, 'after restore');
+is(sql('dst', $partition_index_query), 't', 'after restore: every history partition has its indexes');
+is(sql('dst', "SELECT paused FROM pgjq.list_queues() WHERE queue = 'sleepy'"), 't',
+	'after restore: the paused queue is still paused');
+is(sql('dst', "SELECT pgjq.enqueue('u', dedup_key => 'once')"), $s->{ready},
+	'after restore: a dedup_key still finds its unfinished job');
+my @claimed = map { [ split /\|/ ] } split /\n/,
+  sql('dst', "SELECT id, token FROM pgjq.claim('u', 10) ORDER BY id");
+is(join(',', map { $_->[0] } @claimed), join(',', sort { $a <=> $b } ($s->{ready}, $s->{ready2})),
+	'after restore: the ready jobs are claimed');
+ok((!grep { $_->[1] <= $max_token } @claimed), 'after restore: new tokens are above every restored token');
+is(sql('dst', "SELECT count(*) FILTER (WHERE pgjq.complete(id, token)) FROM (VALUES "
+	  . join(',', map { "($_->[0]::bigint, $_->[1]::bigint)" } @claimed) . ") v(id, token)"),
+	scalar(@claimed), 'after restore: they complete with their new tokens');
+is(sql('dst', "SELECT pgjq.complete($s->{running}, $s->{running_token})"), 't',
+	'after restore: the job that was running completes with its token');
+my $new_id = sql('dst', "SELECT pgjq.enqueue('u', '{}')");
+cmp_ok($new_id, '>', $max_id, 'after restore: new ids are above every restored id');
+is(sql('dst', "SELECT pgjq.retry_dead('mortal')"), '1', 'after restore: the dead job is redriven');
+is(sql('dst', "SELECT count(pgjq.complete(id, token)) FROM pgjq.claim('mortal')"), '1',
+	'after restore: the redriven job is claimed and completed');
+is(sql('dst', "SELECT count(*) FROM pgjq.claim('sleepy')"), '0', 'after restore: the paused queue hands out nothing');
+is(sql('dst', "SELECT count(*) FROM pgjq.claim('limited', 5)"), '1',
+	'after restore: a queue with limits hands out its job');
+is(sql('dst', $schema_query), sql('fresh', $schema_query),
+	'after restore: the schema is that of a new installation');
+
+$node->stop;
+done_testing();
