@@ -97,3 +97,13 @@ AS $$
 	  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 	 WHERE n.nspname = 'pgjq' AND c.relkind = 'r'
 $$;
+
+/*
+ * W1/W2: the (id, token) of the jobs claimed in the claim phase, kept for
+ * the completion phase.  UNLOGGED, so keeping them adds no WAL: each phase's
+ * WAL is the system's alone.
+ */
+CREATE UNLOGGED TABLE bench.held (
+	id				bigint NOT NULL,
+	token			bigint NOT NULL
+) WITH (autovacuum_enabled = false);

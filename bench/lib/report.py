@@ -25,7 +25,12 @@ import subprocess
 import sys
 import tempfile
 
-ORDER = ["E1", "E2", "E3", "D1B1", "D1B10", "D2", "H1", "L1", "L1W", "F1", "FL1", "M1"]
+ORDER = ["E1", "E2", "E3", "D1B1", "D1B10", "D2", "H1", "L1", "L1W", "F1", "FL1", "M1",
+         "W1", "W2", "B1S", "B1L", "B2N", "B2R"]
+
+# B1 and B2: claim throughput in a large case over a small one (O(batch))
+SCALING = [("B1", "B1L", "B1S", "claim jobs/s with the large backlog / with the small one"),
+           ("B2", "B2R", "B2N", "claim jobs/s with many jobs running / with none")]
 SYSTEMS = ["pgjq", "baseline"]
 
 # scenarios measured for pgjq only, and the baseline row their ratios are
@@ -54,6 +59,13 @@ TITLE = {
            "t1..t10; 8 clients claim(10) then complete; pgjq with key_concurrency 2, "
            "the baseline without (it has no such option)",
     "M1": "mixed: producers at 500 jobs/s, 4 workers, 5% fail and retry",
+    "W1": "WAL by operation, one client: enqueue_many of all jobs in one call, then "
+          "claim(10) per transaction, then complete(ids, tokens) of ten per transaction",
+    "W2": "W1 with one enqueue per transaction",
+    "B1S": "claim(10) + complete, 8 clients, over a small backlog (B1's reference)",
+    "B1L": "the same window over a large backlog",
+    "B2N": "claim(10) + complete, 8 clients, nothing running (B2's reference)",
+    "B2R": "the same window with many jobs of the queue running under 1-hour leases",
 }
 
 # metrics kept per window; "better" says which direction wins
@@ -142,7 +154,9 @@ def measure(repdir):
     try:
         jobs = int(kv["jobs"])
         window = kv.get("window", "main")
-        if window == "first_due":
+        if window == "snap":
+            secs = float(kv["t_after"]) - float(kv["t_before"])
+        elif window == "first_due":
             secs = float(kv["sample_last"]) - float(kv["t_first_due"])
         elif window == "main_to_last_sample":
             # FL1: first claim of the workers to the last completion
@@ -170,6 +184,11 @@ def measure(repdir):
         d["commits_harness"] = harness
         wal = lsn(kv["lsn_after"]) - lsn(kv["lsn_before"])
         per = (lambda x: x / jobs) if jobs > 0 else (lambda x: None)
+        if "wal_phases" in kv and jobs > 0:
+            marks = [lsn(x) for x in kv["wal_phases"].split()]
+            out["wal_split"] = {"enqueue": (marks[1] - marks[0]) / jobs,
+                                "claim": (marks[2] - marks[1]) / jobs,
+                                "outcome": (marks[3] - marks[2]) / jobs}
         out.update({
             "jobs": jobs,
             "secs": secs,
@@ -257,6 +276,9 @@ def line(repdir):
         fmt_num(m["commits_per_job"], ""), fmt_num(m["dead_per_job"], ""))
     if m.get("fairness"):
         s += "  " + fair_text(m["fairness"])
+    if m.get("wal_split"):
+        s += "  WAL B/job: enqueue %s, claim %s, outcome %s" % tuple(
+            fmt_num(m["wal_split"][k], "bytes") for k in ("enqueue", "claim", "outcome"))
     if m["notes"]:
         s += "  (" + "; ".join(m["notes"]) + ")"
     return s
@@ -315,6 +337,10 @@ def aggregate(runs):
             "lat_what": next((r["lat_what"] for r in rs if r["lat_what"]), ""),
             "notes": notes, "metrics": metrics,
         }
+        split = [r["wal_split"] for r in rs_ok if r.get("wal_split")]
+        if split:
+            agg[key]["wal_split"] = {k: statistics.median(x[k] for x in split)
+                                     for k in ("enqueue", "claim", "outcome")}
         fair = [r["fairness"] for r in rs_ok if r.get("fairness")]
         if fair:
             fa = {"limit": fair[0]["limit"], "first_claims": fair[0]["first_claims"],
@@ -453,7 +479,42 @@ def tables(agg, meta):
                 "; ".join(",".join("%s:%d" % kc for kc in r["counts"].items())
                           for r in f["per_run"])))
     fairness_table = "\n".join(fair) if len(fair) > 2 else ""
-    return main, details, legend, targets, fairness_table
+
+    # W1/W2: WAL per job by operation; B1/B2: claim scaling
+    extra = []
+    wal = ["| scenario | system | enqueue | claim | outcome | whole life | pgjq/baseline whole life |",
+           "|---|---|--:|--:|--:|--:|--:|"]
+    for s in ("W1", "W2"):
+        for y in systems:
+            a = agg.get((s, y))
+            if a is None or "wal_split" not in a:
+                continue
+            w = a["wal_split"]
+            tot = sum(w.values())
+            cell = ""
+            b = agg.get((s, "baseline"))
+            if y == "pgjq" and b and "wal_split" in b:
+                cell = fmt_ratio(ratio(tot, sum(b["wal_split"].values())))
+            wal.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                s, y, fmt_num(w["enqueue"], "bytes"), fmt_num(w["claim"], "bytes"),
+                fmt_num(w["outcome"], "bytes"), fmt_num(tot, "bytes"), cell))
+    if len(wal) > 2:
+        extra += ["WAL bytes per job by operation (W1, W2; medians), each operation measured "
+                  "as its own phase with one client:", "", "\n".join(wal), ""]
+    sc = ["| measure | system | large case jobs/s | small case jobs/s | ratio |",
+          "|---|---|--:|--:|--:|"]
+    for name, big, small, what in SCALING:
+        for y in systems:
+            jb, js = med(agg, big, y, "jobs_s"), med(agg, small, y, "jobs_s")
+            if jb is None or js is None:
+                continue
+            sc.append("| %s: %s | %s | %s | %s | %s |" % (
+                name, what, y, fmt_num(jb, "jobs_s"), fmt_num(js, "jobs_s"),
+                fmt_ratio(ratio(jb, js))))
+    if len(sc) > 2:
+        extra += ["Claim cost against backlog and running jobs (B1, B2; 1.0× means a claim "
+                  "costs the same however much waits or runs):", "", "\n".join(sc), ""]
+    return main, details, legend, targets, fairness_table, "\n".join(extra)
 
 
 def chart(agg, png):
@@ -520,7 +581,7 @@ def report(rundir, prefix, docs):
     runs.sort(key=lambda r: (ORDER.index(r["scenario"]) if r["scenario"] in ORDER else 99,
                              r["system"], r["rep"]))
     agg = aggregate(runs)
-    main, details, legend, targets, fairness_table = tables(agg, meta)
+    main, details, legend, targets, fairness_table, extra = tables(agg, meta)
 
     result = {
         "stamp": meta.get("stamp"),
@@ -562,6 +623,8 @@ def report(rundir, prefix, docs):
                "tenants each gets 1/11 ≈ 9.1% until the small tenants run out; FIFO gives t0 "
                "everything it enqueued first. Per run: jobs per tenant among the first claims.",
                "", fairness_table, ""]
+    if extra:
+        md += [extra]
     md += ["Scenarios and what their latency measures:", "", legend, "",
            "Details (medians unless a range is shown):", "", details, ""]
     with open(prefix + ".md", "w") as f:
@@ -575,6 +638,9 @@ def report(rundir, prefix, docs):
     if fairness_table:
         print()
         print(fairness_table)
+    if extra:
+        print()
+        print(extra)
     if docs:
         begin, end = "<!-- bench:results:begin -->", "<!-- bench:results:end -->"
         text = open(docs).read()
