@@ -345,6 +345,13 @@ worker_sigterm(SIGNAL_ARGS)
 	errno = save_errno;
 }
 
+/* Name the failing step in the log (errcontext). */
+static void
+step_error_context(void *arg)
+{
+	errcontext("pgjq worker step \"%s\"", (const char *) arg);
+}
+
 /*
  * Run one maintenance step in its own transaction.  An error is reported
  * (unless the worker is being shut down) and the transaction aborted; the
@@ -355,6 +362,7 @@ static bool
 run_step(const char *what, int64 (*step) (void), int64 *result)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	ErrorContextCallback errcb;
 	volatile bool ok = true;
 	volatile int64 n = 0;
 
@@ -368,11 +376,17 @@ run_step(const char *what, int64 (*step) (void), int64 *result)
 	StartTransactionCommand();
 	PG_TRY();
 	{
+		/* PG_CATCH restores error_context_stack */
+		errcb.callback = step_error_context;
+		errcb.arg = (void *) what;
+		errcb.previous = error_context_stack;
+		error_context_stack = &errcb;
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, what);
 		n = step();
 		PopActiveSnapshot();
 		CommitTransactionCommand();
+		error_context_stack = errcb.previous;
 	}
 	PG_CATCH();
 	{
@@ -533,7 +547,7 @@ worker_pass(WorkerState *ws)
 			failed = true;
 		if (!run_chunks("pgjq: promote", pgjq_maintenance_promote_chunk, &progress, &more))
 			failed = true;
-		/* from the last prune, so that a new pgjq.prune_interval applies at once */
+		/* from the last prune: a new pgjq.prune_interval applies at once */
 		next_prune = ws->last_prune + (int64) pgjq_prune_interval_ms * 1000;
 		if ((now >= next_prune || ws->prune_more) && !ShutdownRequestPending)
 		{
