@@ -133,6 +133,9 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		got = pgjq_storage_claim(q, granted, lease_until, worker, &quota, &token, jobs + n);
 		for (int k = n; k < n + got; k++)
 			jobs[k].lease_until = lease_until;
+		/* the worker rescues the lease on time if it ends before its wake-up */
+		if (got > 0)
+			pgjq_shmem_note_due(lease_until);
 		pgjq_limits_settle_queue(q, granted, got);
 		/* held back: a limit, not the supply of ready jobs, stopped the claim */
 		if ((got == granted && granted < want) || pgjq_limits_quota_cut_short(&quota))

@@ -5,7 +5,13 @@
  *	  steps the background worker schedules (bgworker.c only decides when).
  *
  * Each pgjq_maintenance_* function runs inside the caller's transaction and
- * connects to SPI itself.
+ * connects to SPI itself.  The SQL functions work through the whole backlog
+ * in that one transaction (the caller's: it decides when to commit, and a
+ * large backlog stays locked and invisible to claimers until then).  The
+ * background worker instead calls the *_chunk and prune_* functions, each in
+ * a transaction of its own: rescue and promote commit every
+ * PGJQ_MAINTENANCE_CHUNK jobs, prune every partition (storage_history.c
+ * says why).
  *
  *-------------------------------------------------------------------------
  */
@@ -22,7 +28,6 @@ PG_FUNCTION_INFO_V1(pgjq_rescue);
 PG_FUNCTION_INFO_V1(pgjq_prune);
 PG_FUNCTION_INFO_V1(pgjq_maintain);
 
-#define RESCUE_CHUNK 1000
 
 /* Maintenance writes: refuse clearly on a hot standby. */
 static void
@@ -35,45 +40,88 @@ check_not_in_recovery(void)
 				 errhint("The background worker of the primary runs it.")));
 }
 
-int64
-pgjq_maintenance_promote(void)
+/* Promote up to `limit` due jobs; returns how many. */
+static int64
+promote_chunk(int limit)
 {
 	int64		n;
 
 	pgjq_storage_begin();
-	n = pgjq_storage_promote(GetCurrentTimestamp());
+	n = pgjq_storage_promote(GetCurrentTimestamp(), limit);
 	pgjq_storage_end();
 	return n;
 }
 
 /*
- * Every running job whose lease has expired counts as a failed attempt with
+ * Rescue up to `limit` expired leases: each counts as a failed attempt with
  * error "lease expired": retried after the queue's backoff, dead when its
- * attempts are spent, cancelled if that was requested.
+ * attempts are spent, cancelled if that was requested.  Returns how many.
  */
-int64
-pgjq_maintenance_rescue(void)
+static int64
+rescue_chunk(int limit)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	int64		total = 0;
+	PgjqRunningJob *jobs;
 	int			n;
 
 	pgjq_storage_begin();
+	n = pgjq_storage_expired(now, limit, &jobs);
+	for (int i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		(void) pgjq_outcome_failed(&jobs[i], "lease expired", -1, now);
+	}
+	pfree(jobs);
+	pgjq_storage_end();
+	return n;
+}
+
+/* The worker's steps: one chunk each (it commits in between). */
+int64
+pgjq_maintenance_promote_chunk(void)
+{
+	return promote_chunk(PGJQ_MAINTENANCE_CHUNK);
+}
+
+int64
+pgjq_maintenance_rescue_chunk(void)
+{
+	return rescue_chunk(PGJQ_MAINTENANCE_CHUNK);
+}
+
+/* All due jobs, in the caller's transaction. */
+int64
+pgjq_maintenance_promote(void)
+{
+	int64		total = 0;
+	int64		n;
+
 	do
 	{
-		PgjqRunningJob *jobs;
-
 		CHECK_FOR_INTERRUPTS();
-		n = pgjq_storage_expired(now, RESCUE_CHUNK, &jobs);
-		for (int i = 0; i < n; i++)
-			(void) pgjq_outcome_failed(&jobs[i], "lease expired", -1, now);
+		n = promote_chunk(PGJQ_MAINTENANCE_CHUNK);
 		total += n;
-		pfree(jobs);
-	} while (n == RESCUE_CHUNK);
-	pgjq_storage_end();
+	} while (n == PGJQ_MAINTENANCE_CHUNK);
 	return total;
 }
 
+/* All expired leases, in the caller's transaction. */
+int64
+pgjq_maintenance_rescue(void)
+{
+	int64		total = 0;
+	int64		n;
+
+	do
+	{
+		CHECK_FOR_INTERRUPTS();
+		n = rescue_chunk(PGJQ_MAINTENANCE_CHUNK);
+		total += n;
+	} while (n == PGJQ_MAINTENANCE_CHUNK);
+	return total;
+}
+
+/* All expired history, in the caller's transaction. */
 int64
 pgjq_maintenance_prune(void)
 {
@@ -83,6 +131,31 @@ pgjq_maintenance_prune(void)
 	n = pgjq_history_prune(GetCurrentTimestamp());
 	pgjq_storage_end();
 	return n;
+}
+
+/* The worker's first prune step: create partitions ahead, record queues. */
+void
+pgjq_maintenance_prune_prepare(void)
+{
+	pgjq_storage_begin();
+	pgjq_history_prepare(GetCurrentTimestamp());
+	pgjq_storage_end();
+}
+
+/*
+ * The worker's next prune step: one expired partition, skipping the first
+ * `skip` (see pgjq_history_prune_one for the result).  *pruned counts
+ * partitions emptied.
+ */
+int
+pgjq_maintenance_prune_one(int skip, int64 *pruned)
+{
+	int			r;
+
+	pgjq_storage_begin();
+	r = pgjq_history_prune_one(GetCurrentTimestamp(), skip, pruned);
+	pgjq_storage_end();
+	return r;
 }
 
 /* When the worker must look again: the next due job or lease expiry. */

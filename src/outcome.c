@@ -49,6 +49,8 @@ pgjq_outcome_failed(const PgjqRunningJob *job, const char *error, int64 retry_in
 	if (retry_in_us < 0)
 		retry_in_us = pgjq_backoff_us(job->backoff_base_us, job->backoff_max_us, job->attempt);
 	pgjq_storage_reschedule(job->id, now + retry_in_us, error, false);
+	/* the worker promotes the retry on time (it may plan to sleep past it) */
+	pgjq_shmem_note_due(now + retry_in_us);
 	return 's';
 }
 
@@ -191,6 +193,8 @@ pgjq_heartbeat(PG_FUNCTION_ARGS)
 	pgjq_storage_end();
 	if (!found)
 		PG_RETURN_NULL();
+	/* a shorter extension can end the lease before the worker's wake-up */
+	pgjq_shmem_note_due(lease_until);
 	PG_RETURN_TIMESTAMPTZ(lease_until);
 }
 

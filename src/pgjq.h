@@ -43,10 +43,18 @@ extern PGDLLEXPORT void pgjq_worker_main(Datum main_arg);
 /* args.c: an interval in microseconds (30-day months), clamped */
 extern int64 pgjq_interval_usec(const Interval *iv);
 
-/* maintenance.c: one step of each kind, used by the SQL functions and the worker */
+/*
+ * maintenance.c: each step in the caller's transaction; the SQL functions
+ * do a whole backlog, the worker a chunk (or one partition) per transaction
+ */
+#define PGJQ_MAINTENANCE_CHUNK	1000
 extern int64 pgjq_maintenance_promote(void);
 extern int64 pgjq_maintenance_rescue(void);
 extern int64 pgjq_maintenance_prune(void);
+extern int64 pgjq_maintenance_promote_chunk(void);
+extern int64 pgjq_maintenance_rescue_chunk(void);
+extern void pgjq_maintenance_prune_prepare(void);
+extern int	pgjq_maintenance_prune_one(int skip, int64 *pruned);
 extern TimestampTz pgjq_maintenance_next_deadline(void);
 
 /* The largest batch claim() hands out and the largest enqueue_many() call. */

@@ -15,8 +15,11 @@
  *
  * While the worker is busy next_due is +infinity, so any commit during the
  * pass sets the latch and the worker looks again; after it publishes its
- * plan, only commits that need an earlier wake-up set it.  slots[] entries
- * are assigned under the lock; next_due is an atomic read without it.
+ * plan, only commits that need an earlier wake-up set it.  Due times noted:
+ * a delayed enqueue's run_at, a snooze, a fail() retry (outcome.c), a new
+ * lease end (claim.c) and a heartbeat's.  slots[] entries are assigned
+ * under the lock; a producer reads its dboid, latch and next_due without
+ * it (see wake_worker).
  *
  *-------------------------------------------------------------------------
  */
@@ -124,18 +127,28 @@ pgjq_shmem_ready(void)
 	return pgjq_state != NULL;
 }
 
+/*
+ * Set the latch of this database's worker if it plans to sleep past `due`.
+ * Reads the slot without the lock: worker_detach may clear it meanwhile, so
+ * the latch pointer is read exactly once (through a volatile pointer) and
+ * tested before use.  A latch of a worker that just left is a PGPROC latch,
+ * which stays valid shared memory: setting it is at worst a spurious wake-up.
+ */
 static void
 wake_worker(TimestampTz due)
 {
 	for (int i = 0; i < PGJQ_MAX_DATABASES; i++)
 	{
-		PgjqWorkerSlot *slot = &pgjq_state->slots[i];
+		volatile PgjqWorkerSlot *slot = &pgjq_state->slots[i];
+		Latch	   *latch;
 
 		if (slot->dboid != MyDatabaseId)
 			continue;
 		pg_read_barrier();
-		if (due < (TimestampTz) pg_atomic_read_u64(&slot->next_due) && slot->latch)
-			SetLatch(slot->latch);
+		latch = slot->latch;
+		if (latch != NULL &&
+			due < (TimestampTz) pg_atomic_read_u64(&pgjq_state->slots[i].next_due))
+			SetLatch(latch);
 		break;
 	}
 }
@@ -147,7 +160,8 @@ xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			if (pending_due != DT_NOEND && pgjq_state)
+			/* the worker itself reads the deadlines again after each pass */
+			if (pending_due != DT_NOEND && pgjq_state && my_slot == NULL)
 				wake_worker(pending_due);
 			pending_due = DT_NOEND;
 			break;

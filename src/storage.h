@@ -175,12 +175,14 @@ extern int	pgjq_storage_claim(const PgjqQueue *queue, int batch,
 														 * token */
 
 /* storage_maintenance.c */
-extern int64 pgjq_storage_promote(TimestampTz now);
+extern int64 pgjq_storage_promote(TimestampTz now, int limit);
 extern int	pgjq_storage_expired(TimestampTz now, int limit, PgjqRunningJob **jobs);
 extern TimestampTz pgjq_storage_next_deadline(void);
 
 /* storage_history.c */
 extern void pgjq_history_ensure(TimestampTz ts);
+extern void pgjq_history_prepare(TimestampTz now);
+extern int	pgjq_history_prune_one(TimestampTz now, int skip, int64 *pruned);
 extern int64 pgjq_history_prune(TimestampTz now);
 
 #endif							/* PGJQ_STORAGE_H */

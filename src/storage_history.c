@@ -26,6 +26,18 @@
  * tuples, no VACUUM) and then dropped when the parent's lock can be had
  * without waiting; otherwise the drop is tried again on the next pass.
  *
+ * Dropping a partition takes ACCESS EXCLUSIVE on its parent, which every
+ * insert into history (complete, a dead or cancelled job) waits for until
+ * the transaction ends.  So the work is cut into pgjq_history_prepare()
+ * (create ahead, record queues) and pgjq_history_prune_one() (one
+ * partition), and the background worker runs each in its own short
+ * transaction: the parent is locked only for one DROP and its commit.
+ * Maintenance never waits for the parent's lock: creating ahead and dropping
+ * use conditional locks (a busy parent means "next pass"), so a client
+ * holding a lock on history cannot stall promotion and rescue.
+ * pgjq_history_prune() (SQL prune()) does it all in the caller's
+ * transaction, which then holds the parents' locks until it ends.
+ *
  *-------------------------------------------------------------------------
  */
 #include "storage_internal.h"
@@ -52,6 +64,7 @@ static PgjqPlan plan_to_close = {
 	2, {TIMESTAMPTZOID, INTERVALOID}
 };
 
+/* The ($3 + 1)-th oldest expired partition (the earlier ones are skipped). */
 static PgjqPlan plan_expired = {
 	"SELECT hp.relname, hp.queue_ids = '{}' AS emptied, hp.parent"
 	"  FROM pgjq.history_partition hp"
@@ -60,8 +73,8 @@ static PgjqPlan plan_expired = {
 	"         THEN (SELECT coalesce(max(q.retention), '0') FROM pgjq.queue q)"
 	"         ELSE (SELECT coalesce(max(q.retention), '0') FROM pgjq.queue q"
 	"                WHERE q.queue_id = ANY (hp.queue_ids)) END <= $1"
-	" ORDER BY hp.upper_bound",
-	2, {TIMESTAMPTZOID, INTERVALOID}
+	" ORDER BY hp.upper_bound, hp.relname LIMIT 1 OFFSET $3",
+	3, {TIMESTAMPTZOID, INTERVALOID, INT4OID}
 };
 
 static PgjqPlan plan_mark_emptied = {
@@ -132,8 +145,13 @@ create_partition_indexes(const char *table, const char *name)
 	}
 }
 
-static void
-create_partition(const char *table, TimestampTz lo)
+/*
+ * Create and attach the partition of `table` for the hour starting at `lo`
+ * unless it exists.  With nowait, gives up (returns false) when the parent's
+ * lock is taken; else waits for it (lock_timeout applies).
+ */
+static bool
+create_partition(const char *table, TimestampTz lo, bool nowait)
 {
 	char		name[NAMEDATALEN];
 	Oid			parent = pgjq_relation(table);
@@ -142,9 +160,15 @@ create_partition(const char *table, TimestampTz lo)
 	if (!OidIsValid(parent))
 		elog(ERROR, "pgjq: table pgjq.%s is missing", table);
 	partition_name(table, lo, name, sizeof(name));
-	LockRelationOid(parent, ShareUpdateExclusiveLock);
+	if (nowait)
+	{
+		if (!ConditionalLockRelationOid(parent, ShareUpdateExclusiveLock))
+			return false;
+	}
+	else
+		LockRelationOid(parent, ShareUpdateExclusiveLock);
 	if (OidIsValid(pgjq_relation(name)))
-		return;
+		return true;
 	pgjq_spi_exec_utility(psprintf("CREATE TABLE pgjq.%s"
 								   " (LIKE pgjq.%s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
 								   name, table));
@@ -159,14 +183,12 @@ create_partition(const char *table, TimestampTz lo)
 	values[2] = TimestampTzGetDatum(lo);
 	values[3] = TimestampTzGetDatum(lo + USECS_PER_HOUR);
 	pgjq_spi_run(&plan_register, values, NULL, 0);
+	return true;
 }
 
-/*
- * Make sure the history partitions for finished_at = ts exist.  Caller is
- * connected to SPI.
- */
-void
-pgjq_history_ensure(TimestampTz ts)
+/* Create the history partitions for finished_at = ts unless they exist. */
+static void
+ensure(TimestampTz ts, bool nowait)
 {
 	TimestampTz lo = hour_start(ts);
 	char		name[NAMEDATALEN];
@@ -175,7 +197,19 @@ pgjq_history_ensure(TimestampTz ts)
 	if (OidIsValid(pgjq_relation(name)))
 		return;
 	for (int i = 0; i < lengthof(history_tables); i++)
-		create_partition(history_tables[i], lo);
+		if (!create_partition(history_tables[i], lo, nowait))
+			return;
+}
+
+/*
+ * Make sure the history partitions for finished_at = ts exist (an insert
+ * needs them, so this waits for the parent's lock).  Caller is connected to
+ * SPI.
+ */
+void
+pgjq_history_ensure(TimestampTz ts)
+{
+	ensure(ts, false);
 }
 
 /* Try to take a lock without waiting, a few times over ~100 ms. */
@@ -193,86 +227,108 @@ lock_soon(Oid relid, LOCKMODE mode)
 }
 
 /*
- * Remove history whose retention has passed, whole partitions at a time.
- * Returns how many partitions were emptied or dropped.  Also creates the next
- * hour's partition ahead of need.
+ * The first part of pruning: create this hour's and the next hour's
+ * partitions ahead of need (skipped when the parent is busy: an insert
+ * creates them itself), and record which queues have rows in each partition
+ * whose hour is over.  Caller is connected to SPI.
+ */
+void
+pgjq_history_prepare(TimestampTz now)
+{
+	Datum		values[2] = {TimestampTzGetDatum(now), pgjq_interval_datum(GRACE)};
+	int			n;
+	char	  **names;
+
+	ensure(now, true);
+	ensure(now + USECS_PER_HOUR, true);
+
+	pgjq_spi_run(&plan_to_close, values, NULL, 0);
+	n = (int) SPI_processed;
+	names = palloc(sizeof(char *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+	for (int i = 0; i < n; i++)
+	{
+		const char *rel = quote_identifier(names[i]);
+
+		CHECK_FOR_INTERRUPTS();
+		pgjq_spi_exec_utility(psprintf("UPDATE pgjq.history_partition"
+									   "   SET queue_ids = (SELECT coalesce(array_agg(DISTINCT queue_id), '{}')"
+									   "                      FROM pgjq.%s)"
+									   " WHERE relname = %s",
+									   rel, quote_literal_cstr(names[i])));
+	}
+}
+
+/*
+ * Remove one expired partition: the oldest after skipping `skip` of them
+ * (the ones the caller could not remove).  Truncates it unless that was done
+ * already (adding 1 to *pruned), then drops it if the parent's lock can be
+ * had without waiting for long.  Returns -1 when there is no such partition,
+ * 1 when it is gone, 0 when it stays for a later pass (a lock was busy).
+ * Caller is connected to SPI.
+ */
+int
+pgjq_history_prune_one(TimestampTz now, int skip, int64 *pruned)
+{
+	Datum		values[3] = {TimestampTzGetDatum(now), pgjq_interval_datum(GRACE),
+	Int32GetDatum(skip)};
+	Datum		name_datum[1];
+	char	   *name;
+	char	   *parent;
+	bool		emptied;
+	bool		isnull;
+	Oid			relid;
+
+	pgjq_spi_run(&plan_expired, values, NULL, 1);
+	if (SPI_processed == 0)
+		return -1;
+	name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	emptied = DatumGetBool(pgjq_spi_get(0, 2, &isnull));
+	emptied = emptied && !isnull;
+	parent = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+
+	relid = pgjq_relation(name);
+	name_datum[0] = DirectFunctionCall1(namein, CStringGetDatum(name));
+	if (!OidIsValid(relid))
+	{
+		pgjq_spi_run(&plan_unregister, name_datum, NULL, 0);
+		return 1;
+	}
+	if (!emptied)
+	{
+		if (!lock_soon(relid, AccessExclusiveLock))
+			return 0;
+		pgjq_spi_exec_utility(psprintf("TRUNCATE pgjq.%s", quote_identifier(name)));
+		pgjq_spi_run(&plan_mark_emptied, name_datum, NULL, 0);
+		(*pruned)++;
+	}
+	/* last, so that the parent stays locked only for the drop and the commit */
+	if (!lock_soon(pgjq_relation(parent), AccessExclusiveLock))
+		return 0;
+	pgjq_spi_exec_utility(psprintf("DROP TABLE pgjq.%s", quote_identifier(name)));
+	pgjq_spi_run(&plan_unregister, name_datum, NULL, 0);
+	return 1;
+}
+
+/*
+ * Remove history whose retention has passed, whole partitions at a time, in
+ * the caller's transaction.  Returns how many partitions were emptied.  Also
+ * creates the next hour's partition ahead of need.
  */
 int64
 pgjq_history_prune(TimestampTz now)
 {
 	int64		pruned = 0;
-	int			n;
-	char	  **names;
-	bool	   *emptied;
-	char	  **parents;
+	int			skip = 0;
+	int			r;
 
-	pgjq_history_ensure(now);
-	pgjq_history_ensure(now + USECS_PER_HOUR);
-
-	/* record which queues have rows in each partition whose hour is over */
+	pgjq_history_prepare(now);
+	while ((r = pgjq_history_prune_one(now, skip, &pruned)) >= 0)
 	{
-		Datum		values[2] = {TimestampTzGetDatum(now), pgjq_interval_datum(GRACE)};
-
-		pgjq_spi_run(&plan_to_close, values, NULL, 0);
-		n = (int) SPI_processed;
-		names = palloc(sizeof(char *) * Max(n, 1));
-		for (int i = 0; i < n; i++)
-			names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		for (int i = 0; i < n; i++)
-		{
-			const char *rel = quote_identifier(names[i]);
-
-			pgjq_spi_exec_utility(psprintf("UPDATE pgjq.history_partition"
-										   "   SET queue_ids = (SELECT coalesce(array_agg(DISTINCT queue_id), '{}')"
-										   "                      FROM pgjq.%s)"
-										   " WHERE relname = %s",
-										   rel, quote_literal_cstr(names[i])));
-		}
-	}
-
-	{
-		Datum		values[2] = {TimestampTzGetDatum(now), pgjq_interval_datum(GRACE)};
-
-		pgjq_spi_run(&plan_expired, values, NULL, 0);
-		n = (int) SPI_processed;
-		names = palloc(sizeof(char *) * Max(n, 1));
-		emptied = palloc(sizeof(bool) * Max(n, 1));
-		parents = palloc(sizeof(char *) * Max(n, 1));
-		for (int i = 0; i < n; i++)
-		{
-			bool		isnull;
-			Datum		e = pgjq_spi_get(i, 2, &isnull);
-
-			names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-			parents[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
-			emptied[i] = !isnull && DatumGetBool(e);
-		}
-	}
-
-	for (int i = 0; i < n; i++)
-	{
-		Oid			relid = pgjq_relation(names[i]);
-		Datum		values[1];
-
-		values[0] = DirectFunctionCall1(namein, CStringGetDatum(names[i]));
-		if (!OidIsValid(relid))
-		{
-			pgjq_spi_run(&plan_unregister, values, NULL, 0);
-			continue;
-		}
-		if (!emptied[i])
-		{
-			if (!lock_soon(relid, AccessExclusiveLock))
-				continue;
-			pgjq_spi_exec_utility(psprintf("TRUNCATE pgjq.%s", quote_identifier(names[i])));
-			pgjq_spi_run(&plan_mark_emptied, values, NULL, 0);
-			pruned++;
-		}
-		if (lock_soon(pgjq_relation(parents[i]), AccessExclusiveLock))
-		{
-			pgjq_spi_exec_utility(psprintf("DROP TABLE pgjq.%s", quote_identifier(names[i])));
-			pgjq_spi_run(&plan_unregister, values, NULL, 0);
-		}
+		CHECK_FOR_INTERRUPTS();
+		if (r == 0)
+			skip++;
 	}
 	return pruned;
 }

@@ -6,14 +6,14 @@
  *
  * Both steps lock the rows they change with SKIP LOCKED, so they never wait
  * on a worker's outcome call; a row skipped now is taken on the next pass.
+ * Both work in chunks of a caller-given size: the background worker commits
+ * each chunk in its own transaction (maintenance.c).
  *
  *-------------------------------------------------------------------------
  */
 #include "storage_internal.h"
 
 #include "miscadmin.h"
-
-#define PROMOTE_CHUNK 10000
 
 /* The id array keeps the UPDATE on primary-key probes whatever the count. */
 static PgjqPlan plan_promote = {
@@ -42,33 +42,28 @@ static PgjqPlan plan_next_deadline = {
 	0, {InvalidOid}
 };
 
-/* Make every scheduled job due at `now` ready; returns how many. */
+/*
+ * Make up to `limit` scheduled jobs due at `now` ready, the earliest first;
+ * returns how many.  A result below `limit` means none is left that is not
+ * locked by someone else.
+ */
 int64
-pgjq_storage_promote(TimestampTz now)
+pgjq_storage_promote(TimestampTz now, int limit)
 {
-	int64		total = 0;
+	Datum		values[2] = {TimestampTzGetDatum(now), Int32GetDatum(limit)};
+	int64		n = 0;
 
-	for (;;)
+	pgjq_spi_run(&plan_promote, values, NULL, 0);
+	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		Datum		values[2] = {TimestampTzGetDatum(now), Int32GetDatum(PROMOTE_CHUNK)};
-		int64		n = 0;
+		bool		isnull;
+		int32		count = DatumGetInt32(pgjq_spi_get(r, 2, &isnull));
 
-		CHECK_FOR_INTERRUPTS();
-		pgjq_spi_run(&plan_promote, values, NULL, 0);
-		for (uint64 r = 0; r < SPI_processed; r++)
-		{
-			bool		isnull;
-			int32		count = DatumGetInt32(pgjq_spi_get(r, 2, &isnull));
-
-			n += count;
-			if (pgjq_became_ready_hook)
-				pgjq_became_ready_hook(DatumGetInt32(pgjq_spi_get(r, 1, &isnull)), count);
-		}
-		total += n;
-		if (n < PROMOTE_CHUNK)
-			break;
+		n += count;
+		if (pgjq_became_ready_hook)
+			pgjq_became_ready_hook(DatumGetInt32(pgjq_spi_get(r, 1, &isnull)), count);
 	}
-	return total;
+	return n;
 }
 
 /*

@@ -80,8 +80,8 @@ SELECT pgjq.complete(:s_lim, :s_lim_token);
 -- queue administration and maintenance
 SELECT pgjq.pause('qsec');
 SELECT pgjq.resume('qsec');
-SELECT promoted, rescued, pruned >= 0 AS pruned FROM pgjq.maintain();
-SELECT pgjq.prune() >= 0 AS pruned;
+SELECT promoted, rescued, pruned FROM pgjq.maintain();
+SELECT pgjq.prune() AS pruned;
 -- observability
 SELECT state FROM pgjq.job(:s_dead);
 SELECT ready, scheduled, running, dead, completed, cancelled,
@@ -224,7 +224,7 @@ SELECT pgjq.retry_dead('qsec_admin');
 SELECT pgjq.pause('qsec_admin');
 SELECT pgjq.resume('qsec_admin');
 SELECT pgjq.purge('qsec_admin');
-SELECT pgjq.promote() >= 0 AS promoted, pgjq.rescue() >= 0 AS rescued, pgjq.prune() >= 0 AS pruned;
+SELECT pgjq.promote() AS promoted, pgjq.rescue() AS rescued, pgjq.prune() AS pruned;
 SELECT queue FROM pgjq.list_queues() WHERE queue LIKE 'qsec%' ORDER BY queue;
 SELECT pgjq.drop_queue('qsec_admin');
 SELECT pgjq.drop_queue('qsec', force => true);
