@@ -169,6 +169,7 @@ pgjq_drop_queue(PG_FUNCTION_ARGS)
 	}
 	pgjq_storage_queue_delete(queue.queue_id);
 	pgjq_storage_end();
+	pgjq_limits_queue_dropped(queue.queue_id);
 	PG_RETURN_VOID();
 }
 
