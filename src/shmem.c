@@ -17,6 +17,8 @@
  * pass sets the latch and the worker looks again; after it publishes its
  * plan, only commits that need an earlier wake-up set it.  slots[] entries
  * are assigned under the lock; next_due is an atomic read without it.
+ * PREPARE TRANSACTION of a transaction with a pending due time is refused
+ * (0A000): its commit would happen in another session, waking no worker.
  *
  *-------------------------------------------------------------------------
  */
@@ -151,8 +153,17 @@ xact_callback(XactEvent event, void *arg)
 				wake_worker(pending_due);
 			pending_due = DT_NOEND;
 			break;
+		case XACT_EVENT_PRE_PREPARE:
+			/* COMMIT PREPARED happens elsewhere: the worker would not wake */
+			if (pending_due != DT_NOEND)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has scheduled pgjq jobs"),
+						 errdetail("pgjq wakes its worker at commit, which two-phase commit does not support.")));
+			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
 			pending_due = DT_NOEND;
 			break;
 		default:
