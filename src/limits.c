@@ -90,8 +90,8 @@ typedef struct Counter
 	CounterKey	key;
 	int32		running;
 	int32		untracked;		/* queue entry: open changes of untracked keys */
-	uint64		untracked_ends; /* queue entry: transactions with such
-								 * changes that ended */
+	uint64		untracked_ends; /* queue entry: transactions with such changes
+								 * that ended */
 	int64		held_back;		/* queue entry: claims cut short by a limit */
 	double		tokens;			/* queue entry: rate bucket */
 	TimestampTz refilled;
@@ -119,7 +119,8 @@ static HTAB *counters = NULL;
 /* Pending changes of this backend's open transaction. */
 typedef enum PendingKind
 {
-	OP_COUNT,					/* delta >0: applied reservation; <0: at commit */
+	OP_COUNT,					/* delta >0: applied reservation; <0: at
+								 * commit */
 	OP_UNTRACKED,				/* delta: the queue's untracked, until the end */
 	OP_DROP_QUEUE				/* at commit: forget the queue's entries */
 } PendingKind;
@@ -1122,8 +1123,8 @@ xact_callback(XactEvent event, void *arg)
 
 			/*
 			 * The counters cannot follow a prepared transaction: its outcome
-			 * comes from another session, or after a restart that the
-			 * rebuild cannot see it through.
+			 * comes from another session, or after a restart that the rebuild
+			 * cannot see it through.
 			 */
 			if (has_pending_changes())
 				ereport(ERROR,
