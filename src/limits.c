@@ -71,8 +71,10 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
@@ -318,6 +320,13 @@ forget_gone_databases(void)
 			dbs[n++] = shared->dbs[i].dboid;
 	LWLockRelease(shared->lock);
 
+	/*
+	 * A database created after this backend's catalog snapshot may already
+	 * have a slot: read pg_database afresh (its creation's invalidation was
+	 * sent before anyone could connect to it and take the slot).
+	 */
+	AcceptInvalidationMessages();
+	InvalidateCatalogSnapshot();
 	for (int i = 0; i < n; i++)
 		if (!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dbs[i])))
 			dbs[ngone++] = dbs[i];
