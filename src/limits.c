@@ -163,6 +163,7 @@ typedef enum UntrackedWhy
 } UntrackedWhy;
 
 static UntrackedWhy untracked_why = UNTRACKED_RECOVERY;
+static Oid	known_valid = InvalidOid;	/* incarnation seen valid here */
 static TimestampTz retry_count_at = 0;
 
 static PgjqLeftRunningHook prev_left_running_hook = NULL;
@@ -543,13 +544,22 @@ ensure_counted(void)
 	}
 	incarnation = get_relname_relid("job", get_namespace_oid("pgjq", false));
 
+	/*
+	 * Once counted, a database stays valid until a new incarnation (seen
+	 * here) or a restart (a new process): no need for the lock then.
+	 */
+	if (OidIsValid(incarnation) && incarnation == known_valid)
+	{
+		pending_incarnation = incarnation;
+		return true;
+	}
 	LWLockAcquire(shared->lock, LW_SHARED);
 	db = db_state(MyDatabaseId);
 	valid = db && OidIsValid(db->incarnation) && db->incarnation == incarnation;
 	LWLockRelease(shared->lock);
 	if (valid)
 	{
-		pending_incarnation = incarnation;
+		pending_incarnation = known_valid = incarnation;
 		return true;
 	}
 	pending_incarnation = InvalidOid;
@@ -570,7 +580,7 @@ ensure_counted(void)
 
 	retry_count_at = valid ? 0 : GetCurrentTimestamp() + USECS_PER_SEC;
 	if (valid)
-		pending_incarnation = incarnation;
+		pending_incarnation = known_valid = incarnation;
 	return valid;
 }
 
