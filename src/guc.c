@@ -8,7 +8,9 @@
  *	  pgjq.prune_interval     how often the worker prunes history (sighup)
  *	  pgjq.max_payload_size   largest payload enqueue accepts (superuser)
  *	  pgjq.max_wait           longest wait of a waiting claim (superuser)
- *	  pgjq.max_tracked_keys   shared-memory slots for running fair keys
+ *	  pgjq.max_tracked_keys   shared-memory entries for the limit counters
+ *	                          (postmaster: sizes shared memory)
+ *	  pgjq.max_databases      databases whose limits are tracked at once
  *	                          (postmaster: sizes shared memory)
  *
  *-------------------------------------------------------------------------
@@ -23,6 +25,7 @@ int			pgjq_max_payload_size = 1024;
 int			pgjq_max_sleep_ms = 10000;
 int			pgjq_prune_interval_ms = 60000;
 int			pgjq_max_tracked_keys = 65536;
+int			pgjq_max_databases = 64;
 int			pgjq_max_wait_ms = 20000;
 
 void
@@ -75,14 +78,24 @@ pgjq_guc_init(void)
 
 	/* sizes shared memory: only when preloaded, as PGC_POSTMASTER demands */
 	if (process_shared_preload_libraries_in_progress)
+	{
 		DefineCustomIntVariable("pgjq.max_tracked_keys",
-								"Shared-memory slots for the limit counters (queues and running fair keys).",
-								NULL,
+								"Shared-memory entries for the limit counters (queues with running jobs and running fair keys of key-limited queues).",
+								"A claim that needs an entry when all are taken fails.",
 								&pgjq_max_tracked_keys,
-								65536, 1024, 16 * 1024 * 1024,
+								65536, 16, 16 * 1024 * 1024,
 								PGC_POSTMASTER,
 								0,
 								NULL, NULL, NULL);
+		DefineCustomIntVariable("pgjq.max_databases",
+								"Databases whose queue limits pgjq tracks at once.",
+								"Slots of dropped databases are reused.",
+								&pgjq_max_databases,
+								64, 1, 65536,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+	}
 
 	MarkGUCPrefixReserved("pgjq");
 }

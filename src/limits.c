@@ -4,11 +4,15 @@
  *	  Concurrency limits (per queue and per fair key) and rate limits (per
  *	  queue), exact across every backend, kept in shared memory.
  *
- * Counters: a shared hash maps (database, queue, key hash) to the number of
- * running jobs; key hash 0 is the queue's own entry, which also holds the
- * rate-limit bucket and how many claims the limits cut short.  Counters are
- * kept for every queue (not only limited ones) so that a limit set later by
- * alter_queue starts from the truth.
+ * Counters: a fixed-size shared hash (pgjq.max_tracked_keys entries) maps
+ * (database, queue, key hash) to the number of running jobs; key hash 0 is
+ * the queue's own entry, which also holds the rate-limit bucket and how many
+ * claims the limits cut short.  Queue entries are kept for every queue with
+ * running jobs (not only limited ones) so that a concurrency limit set later
+ * by alter_queue starts from the truth; they go when drop_queue commits.
+ * Key entries exist only for running keys of queues whose keys are tracked
+ * ("keys_valid"), which is set for key-limited queues only.  When the table
+ * is full, only the claim that needs a new entry fails (54000).
  *
  * Exactness with transactions: a claim reserves capacity at once (so other
  * claimers see it) and gives it back if its (sub)transaction aborts; a job
@@ -16,16 +20,36 @@
  * the counters only when its transaction commits.  So the counters never
  * undercount the running jobs, and a claim never exceeds a limit.
  *
- * Rebuild: shared memory starts empty, so the first backend in a database
- * that needs the counters counts the running jobs from pgjq.job, while every
- * other counter user of that database waits on a heavyweight lock; no
- * transaction can have moved a counter before that, so the count is exact.
- * The database's "incarnation" (the OID of pgjq.job) detects DROP/CREATE
- * EXTENSION, which starts over.  The background worker triggers the rebuild
- * when it starts (startup, crash restart, promotion).
+ * Rebuild: shared memory starts empty, so the first pgjq call in a database
+ * counts the running jobs from pgjq.job, before any statement of its own
+ * (pgjq_storage_begin calls the begin hook), while every other pgjq call of
+ * that database waits on a heavyweight lock; no transaction can have moved a
+ * counter before that, so the count is exact.  The database's "incarnation"
+ * (the OID of pgjq.job) detects DROP/CREATE EXTENSION, which starts over.
+ * Nothing is counted while recovery is in progress: a hot standby's count
+ * would be stale after promotion, and a standby cannot change jobs anyway.
+ *
+ * Keys of a queue that gets a key limit later (alter_queue) are counted by
+ * the first key-limited claim.  Until then, claims and finished jobs of the
+ * queue are "untracked": the queue entry counts those of open transactions
+ * (untracked) and how many such transactions ended (untracked_ends).  The
+ * key count is taken only when no untracked change is open and none ended
+ * while counting, so it is exact; otherwise that claim gets nothing from the
+ * queue this time (held back), which is safe.
+ *
+ * Databases: pgjq.max_databases slots.  Slots (and counter entries) of
+ * databases that no longer exist are freed when a database is counted or the
+ * table is full (pg_database is a shared catalog).  A database without a
+ * slot runs its queues without limits normally and refuses limited queues
+ * (53000).
+ *
+ * Two-phase commit: PREPARE TRANSACTION is refused (0A000) when the
+ * transaction changed the counters; a prepared transaction's outcome is not
+ * known to the counters.
  *
  * Locking: counter_lock (one LWLock) guards the hash and the database table;
- * it is held only for a few hash operations, never across SQL.
+ * it is held only for a few hash operations, never across SQL or catalog
+ * access.  Waiters are woken after it is released.
  *
  *-------------------------------------------------------------------------
  */
@@ -35,6 +59,7 @@
 #include <math.h>
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
@@ -46,11 +71,13 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#define PGJQ_MAX_DBS 64
 #define PGJQ_LOCKTAG_REBUILD 0x706B
 
 typedef struct CounterKey
@@ -64,53 +91,101 @@ typedef struct Counter
 {
 	CounterKey	key;
 	int32		running;
+	int32		untracked;		/* queue entry: open changes of untracked keys */
+	uint64		untracked_ends; /* queue entry: transactions with such changes
+								 * that ended */
 	int64		held_back;		/* queue entry: claims cut short by a limit */
 	double		tokens;			/* queue entry: rate bucket */
 	TimestampTz refilled;
 	bool		limited;		/* queue entry: has a concurrency limit */
+	bool		keys_valid;		/* queue entry: its key entries are exact */
 } Counter;
 
 typedef struct DbState
 {
-	Oid			dboid;
-	Oid			incarnation;	/* OID of pgjq.job when counted */
+	Oid			dboid;			/* InvalidOid: free slot */
+	Oid			incarnation;	/* OID of pgjq.job when counted; InvalidOid
+								 * while (re)counting */
 } DbState;
 
 typedef struct LimitsShared
 {
 	LWLock	   *lock;
-	DbState		dbs[PGJQ_MAX_DBS];
+	int			ndbs;
+	DbState		dbs[FLEXIBLE_ARRAY_MEMBER];
 } LimitsShared;
 
 static LimitsShared *shared = NULL;
 static HTAB *counters = NULL;
 
 /* Pending changes of this backend's open transaction. */
+typedef enum PendingKind
+{
+	OP_COUNT,					/* delta >0: applied reservation; <0: at
+								 * commit */
+	OP_UNTRACKED,				/* delta: the queue's untracked, until the end */
+	OP_DROP_QUEUE				/* at commit: forget the queue's entries */
+} PendingKind;
+
 typedef struct PendingOp
 {
 	int32		queue_id;
 	uint64		keyhash;
-	int32		delta;			/* >0: applied reservation; <0: at commit */
+	int32		delta;
+	PendingKind kind;
 	int			level;			/* subtransaction nesting level */
 } PendingOp;
 
+typedef struct WakeUp
+{
+	int32		queue_id;
+	int			n;
+} WakeUp;
+
 static PendingOp *pending = NULL;
+static WakeUp *wakeups = NULL;	/* resolve's scratch, as large as pending */
 static int	npending = 0;
 static int	maxpending = 0;
-static Oid	pending_incarnation = InvalidOid;
 static bool callbacks_registered = false;
 
+/*
+ * The incarnation this backend's counter changes belong to: set by
+ * ensure_counted() at the start of every pgjq call, InvalidOid when the
+ * database is not tracked (then untracked_why says why).
+ */
+static Oid	pending_incarnation = InvalidOid;
+
+typedef enum UntrackedWhy
+{
+	UNTRACKED_RECOVERY,
+	UNTRACKED_NO_SLOT,
+	UNTRACKED_FULL
+} UntrackedWhy;
+
+static UntrackedWhy untracked_why = UNTRACKED_RECOVERY;
+static Oid	known_valid = InvalidOid;	/* incarnation seen valid here */
+static TimestampTz retry_count_at = 0;
+
 static PgjqLeftRunningHook prev_left_running_hook = NULL;
+static PgjqStorageBeginHook prev_storage_begin_hook = NULL;
 
 static void left_running(int32 queue_id, const char *fair_key, int n);
+static void storage_begin(void);
 static void xact_callback(XactEvent event, void *arg);
 static void subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 							 SubTransactionId parentSubid, void *arg);
 
+static Size
+shared_size(void)
+{
+	return add_size(offsetof(LimitsShared, dbs),
+					mul_size(pgjq_max_databases, sizeof(DbState)));
+}
+
 Size
 pgjq_limits_shmem_size(void)
 {
-	return add_size(MAXALIGN(sizeof(LimitsShared)),
+	return add_size(MAXALIGN(shared_size()),
 					hash_estimate_size(pgjq_max_tracked_keys, sizeof(Counter)));
 }
 
@@ -120,17 +195,23 @@ pgjq_limits_shmem_init(bool found)
 	HASHCTL		info;
 	bool		sfound;
 
-	shared = ShmemInitStruct("pgjq limits", sizeof(LimitsShared), &sfound);
+	shared = ShmemInitStruct("pgjq limits", shared_size(), &sfound);
 	if (!sfound)
 	{
-		memset(shared, 0, sizeof(LimitsShared));
+		memset(shared, 0, shared_size());
 		shared->lock = &(GetNamedLWLockTranche("pgjq"))[1].lock;
+		shared->ndbs = pgjq_max_databases;
 	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(CounterKey);
 	info.entrysize = sizeof(Counter);
+
+	/*
+	 * HASH_FIXED_SIZE: never take more from the shared reserve, which the
+	 * lock manager needs; a full table fails the claim that needs an entry.
+	 */
 	counters = ShmemInitHash("pgjq counters", pgjq_max_tracked_keys, pgjq_max_tracked_keys,
-							 &info, HASH_ELEM | HASH_BLOBS);
+							 &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 }
 
 /* Per-backend setup, once shared memory exists (from _PG_init via shmem.c). */
@@ -139,6 +220,8 @@ pgjq_limits_startup(void)
 {
 	prev_left_running_hook = pgjq_left_running_hook;
 	pgjq_left_running_hook = left_running;
+	prev_storage_begin_hook = pgjq_storage_begin_hook;
+	pgjq_storage_begin_hook = storage_begin;
 }
 
 static uint64
@@ -176,24 +259,99 @@ register_callbacks(void)
 	callbacks_registered = true;
 }
 
-static DbState *
-db_state(Oid dboid, bool create)
+/* True when this call's counter changes count (see ensure_counted). */
+static inline bool
+tracking(void)
 {
-	DbState    *free_slot = NULL;
+	return OidIsValid(pending_incarnation);
+}
 
-	for (int i = 0; i < PGJQ_MAX_DBS; i++)
-	{
+/* The database's slot, or NULL; caller holds the lock. */
+static DbState *
+db_state(Oid dboid)
+{
+	for (int i = 0; i < shared->ndbs; i++)
 		if (shared->dbs[i].dboid == dboid)
 			return &shared->dbs[i];
-		if (shared->dbs[i].dboid == InvalidOid && free_slot == NULL)
-			free_slot = &shared->dbs[i];
-	}
-	if (create && free_slot)
+	return NULL;
+}
+
+/* The database's slot, taking a free one if needed; caller holds it exclusively. */
+static DbState *
+db_state_create(Oid dboid)
+{
+	DbState    *db = db_state(dboid);
+
+	if (db == NULL && (db = db_state(InvalidOid)) != NULL)
 	{
-		free_slot->dboid = dboid;
-		free_slot->incarnation = InvalidOid;
+		db->dboid = dboid;
+		db->incarnation = InvalidOid;
 	}
-	return create ? free_slot : NULL;
+	return db;
+}
+
+/* Remove every entry of the database (queue_id 0: of all its queues). */
+static void
+remove_entries(Oid dboid, int32 queue_id)
+{
+	HASH_SEQ_STATUS scan;
+	Counter    *c;
+
+	hash_seq_init(&scan, counters);
+	while ((c = hash_seq_search(&scan)) != NULL)
+		if (c->key.dboid == dboid && (queue_id == 0 || c->key.queue_id == queue_id))
+			hash_search(counters, &c->key, HASH_REMOVE, NULL);
+}
+
+/*
+ * Free the slots and counter entries of databases that were dropped.  Needs
+ * a transaction (pg_database is read through the syscache); caller does not
+ * hold the lock.  True if anything was freed.
+ */
+static bool
+forget_gone_databases(void)
+{
+	Oid		   *dbs = palloc(sizeof(Oid) * shared->ndbs);
+	int			n = 0;
+	int			ngone = 0;
+
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (int i = 0; i < shared->ndbs; i++)
+		if (OidIsValid(shared->dbs[i].dboid) && shared->dbs[i].dboid != MyDatabaseId)
+			dbs[n++] = shared->dbs[i].dboid;
+	LWLockRelease(shared->lock);
+
+	/*
+	 * A database created after this backend's catalog snapshot may already
+	 * have a slot: read pg_database afresh (its creation's invalidation was
+	 * sent before anyone could connect to it and take the slot).
+	 */
+	AcceptInvalidationMessages();
+	InvalidateCatalogSnapshot();
+	for (int i = 0; i < n; i++)
+		if (!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dbs[i])))
+			dbs[ngone++] = dbs[i];
+	if (ngone == 0)
+	{
+		pfree(dbs);
+		return false;
+	}
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < ngone; i++)
+	{
+		DbState    *db = db_state(dbs[i]);
+
+		if (db)
+		{
+			db->dboid = InvalidOid;
+			db->incarnation = InvalidOid;
+		}
+		remove_entries(dbs[i], 0);
+	}
+	LWLockRelease(shared->lock);
+	pfree(dbs);
+	return true;
 }
 
 /* The counter entry; caller holds the lock exclusively.  NULL if full. */
@@ -213,34 +371,162 @@ counter(int32 queue_id, uint64 keyhash, bool create)
 	return c;
 }
 
+static void
+counters_full_error(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("pgjq's limit counters are full"),
+			 errdetail("All %d entries are taken by queues with running jobs and by running keys of key-limited queues.",
+					   pgjq_max_tracked_keys),
+			 errhint("Raise pgjq.max_tracked_keys, or run fewer distinct fair keys of key-limited queues at once.")));
+}
+
+/*
+ * The counter entry, created if missing; caller holds the lock exclusively.
+ * When the table is full: if may_gc (the caller holds no entry pointer), the
+ * lock is released to free the entries of dropped databases and taken again;
+ * if that does not help, the lock is released and an error raised.
+ */
 static Counter *
-counter_or_error(int32 queue_id, uint64 keyhash)
+counter_or_error(int32 queue_id, uint64 keyhash, bool may_gc)
 {
 	Counter    *c = counter(queue_id, keyhash, true);
 
+	if (c == NULL && may_gc)
+	{
+		bool		freed;
+
+		LWLockRelease(shared->lock);
+		freed = forget_gone_databases();
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		if (freed)
+			c = counter(queue_id, keyhash, true);
+	}
 	if (c == NULL)
 	{
 		LWLockRelease(shared->lock);
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("too many running fair keys to track"),
-				 errhint("Raise pgjq.max_tracked_keys.")));
+		counters_full_error();
 	}
 	return c;
 }
 
+/* Error for a limited queue in a database whose counters are not kept. */
+static void
+untracked_error(void)
+{
+	if (untracked_why == UNTRACKED_NO_SLOT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("pgjq tracks limits in at most %d databases", pgjq_max_databases),
+				 errdetail("Queues with limits cannot be used in this database until a database that uses them is dropped."),
+				 errhint("Raise pgjq.max_databases.")));
+	counters_full_error();
+}
+
 static PgjqPlan plan_count_running = {
-	"SELECT queue_id, fair_key, count(*)::int4 FROM pgjq.job WHERE state = 'a'"
-	" GROUP BY queue_id, fair_key",
+	"SELECT j.queue_id, j.fair_key, count(*)::int4, coalesce(q.key_concurrency, 0) > 0"
+	"  FROM pgjq.job j JOIN pgjq.queue q ON q.queue_id = j.queue_id"
+	" WHERE j.state = 'a' GROUP BY j.queue_id, j.fair_key, q.key_concurrency",
 	0, {InvalidOid}
 };
 
+static PgjqPlan plan_count_queue_keys = {
+	"SELECT fair_key, count(*)::int4 FROM pgjq.job WHERE queue_id = $1 AND state = 'a'"
+	" GROUP BY fair_key",
+	1, {INT4OID}
+};
+
 /*
- * Make sure this database's counters describe pgjq.job; count them if not.
- * Caller is in a transaction with the extension present.
+ * Count this database's running jobs into its counters (its slot is
+ * invalid).  Caller holds the rebuild lock of the database.  False when no
+ * slot is free or the table is full (untracked_why says which).
  */
-void
-pgjq_limits_rebuild_if_needed(void)
+static bool
+count_database(Oid incarnation)
+{
+	DbState    *db;
+	int			n;
+	int32	   *qids;
+	uint64	   *hashes;
+	int32	   *counts;
+	bool	   *keyed;
+	bool		full = false;
+
+	(void) forget_gone_databases();
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	db = db_state_create(MyDatabaseId);
+	if (db == NULL)
+	{
+		LWLockRelease(shared->lock);
+		untracked_why = UNTRACKED_NO_SLOT;
+		return false;
+	}
+	db->incarnation = InvalidOid;
+	remove_entries(MyDatabaseId, 0);
+	LWLockRelease(shared->lock);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	pgjq_spi_run(&plan_count_running, NULL, NULL, 0);
+	n = (int) SPI_processed;
+	qids = palloc(sizeof(int32) * Max(n, 1));
+	hashes = palloc(sizeof(uint64) * Max(n, 1));
+	counts = palloc(sizeof(int32) * Max(n, 1));
+	keyed = palloc(sizeof(bool) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		qids[i] = DatumGetInt32(pgjq_spi_get(i, 1, &isnull));
+		hashes[i] = key_hash(TextDatumGetCString(pgjq_spi_get(i, 2, &isnull)));
+		counts[i] = DatumGetInt32(pgjq_spi_get(i, 3, &isnull));
+		keyed[i] = DatumGetBool(pgjq_spi_get(i, 4, &isnull));
+	}
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	db = db_state(MyDatabaseId);
+	for (int i = 0; db && i < n && !full; i++)
+	{
+		Counter    *q = counter(qids[i], 0, true);
+		Counter    *k;
+
+		if (q == NULL)
+		{
+			full = true;
+			break;
+		}
+		q->running += counts[i];
+		if (!keyed[i])
+			continue;
+		q->keys_valid = true;
+		k = counter(qids[i], hashes[i], true);
+		if (k == NULL)
+			full = true;
+		else
+			k->running += counts[i];
+	}
+	if (full)
+		remove_entries(MyDatabaseId, 0);
+	else if (db)
+		db->incarnation = incarnation;
+	LWLockRelease(shared->lock);
+	SPI_finish();
+	if (full)
+		untracked_why = UNTRACKED_FULL;
+	return db != NULL && !full;
+}
+
+/*
+ * Make sure this database's counters describe pgjq.job, counting them if
+ * not, and set pending_incarnation for this call.  Caller is in a
+ * transaction with the extension present.  False when the database is not
+ * tracked: in recovery (nothing can change jobs there, and a count taken
+ * there would be stale after promotion), or when it has no slot or the table
+ * is full (tried again after a second).
+ */
+static bool
+ensure_counted(void)
 {
 	Oid			incarnation;
 	DbState    *db;
@@ -248,77 +534,73 @@ pgjq_limits_rebuild_if_needed(void)
 	LOCKTAG		tag;
 
 	if (shared == NULL)
-		return;
+		return false;
 	register_callbacks();
+	if (RecoveryInProgress())
+	{
+		untracked_why = UNTRACKED_RECOVERY;
+		pending_incarnation = InvalidOid;
+		return false;
+	}
 	incarnation = get_relname_relid("job", get_namespace_oid("pgjq", false));
 
+	/*
+	 * Once counted, a database stays valid until a new incarnation (seen
+	 * here) or a restart (a new process): no need for the lock then.
+	 */
+	if (OidIsValid(incarnation) && incarnation == known_valid)
+	{
+		pending_incarnation = incarnation;
+		return true;
+	}
 	LWLockAcquire(shared->lock, LW_SHARED);
-	db = db_state(MyDatabaseId, false);
-	valid = db && db->incarnation == incarnation;
+	db = db_state(MyDatabaseId);
+	valid = db && OidIsValid(db->incarnation) && db->incarnation == incarnation;
 	LWLockRelease(shared->lock);
 	if (valid)
 	{
-		pending_incarnation = incarnation;
-		return;
+		pending_incarnation = known_valid = incarnation;
+		return true;
 	}
+	pending_incarnation = InvalidOid;
+	if (retry_count_at != 0 && GetCurrentTimestamp() < retry_count_at)
+		return false;
 
 	/* serialize rebuilders of this database; others wait here */
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, PGJQ_LOCKTAG_REBUILD);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 
 	LWLockAcquire(shared->lock, LW_SHARED);
-	db = db_state(MyDatabaseId, false);
-	valid = db && db->incarnation == incarnation;
+	db = db_state(MyDatabaseId);
+	valid = db && OidIsValid(db->incarnation) && db->incarnation == incarnation;
 	LWLockRelease(shared->lock);
 	if (!valid)
-	{
-		HASH_SEQ_STATUS scan;
-		Counter    *c;
-		int			n;
-		int32	   *qids;
-		uint64	   *hashes;
-		int32	   *counts;
-
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "pgjq: SPI_connect failed");
-		pgjq_spi_run(&plan_count_running, NULL, NULL, 0);
-		n = (int) SPI_processed;
-		qids = palloc(sizeof(int32) * Max(n, 1));
-		hashes = palloc(sizeof(uint64) * Max(n, 1));
-		counts = palloc(sizeof(int32) * Max(n, 1));
-		for (int i = 0; i < n; i++)
-		{
-			bool		isnull;
-
-			qids[i] = DatumGetInt32(pgjq_spi_get(i, 1, &isnull));
-			hashes[i] = key_hash(TextDatumGetCString(pgjq_spi_get(i, 2, &isnull)));
-			counts[i] = DatumGetInt32(pgjq_spi_get(i, 3, &isnull));
-		}
-
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		hash_seq_init(&scan, counters);
-		while ((c = hash_seq_search(&scan)) != NULL)
-			if (c->key.dboid == MyDatabaseId)
-				hash_search(counters, &c->key, HASH_REMOVE, NULL);
-		for (int i = 0; i < n; i++)
-		{
-			counter_or_error(qids[i], 0)->running += counts[i];
-			counter_or_error(qids[i], hashes[i])->running += counts[i];
-		}
-		db = db_state(MyDatabaseId, true);
-		if (db == NULL)
-		{
-			LWLockRelease(shared->lock);
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-					 errmsg("pgjq tracks limits in at most %d databases", PGJQ_MAX_DBS)));
-		}
-		db->incarnation = incarnation;
-		LWLockRelease(shared->lock);
-		SPI_finish();
-	}
+		valid = count_database(incarnation);
 	LockRelease(&tag, ExclusiveLock, false);
-	pending_incarnation = incarnation;
+
+	retry_count_at = valid ? 0 : GetCurrentTimestamp() + USECS_PER_SEC;
+	if (valid)
+		pending_incarnation = known_valid = incarnation;
+	return valid;
+}
+
+/* The begin hook of the storage engine: before any statement of a call. */
+static void
+storage_begin(void)
+{
+	if (prev_storage_begin_hook)
+		prev_storage_begin_hook();
+	(void) ensure_counted();
+}
+
+/*
+ * Make sure this database's counters describe pgjq.job, counting them if
+ * not (the worker calls it when it starts).
+ */
+void
+pgjq_limits_rebuild_if_needed(void)
+{
+	(void) ensure_counted();
 }
 
 static void
@@ -328,22 +610,37 @@ drop_if_idle(Counter *c)
 		hash_search(counters, &c->key, HASH_REMOVE, NULL);
 }
 
+/* Make room for n more pending ops (before taking the lock). */
 static void
-add_pending(int32 queue_id, uint64 keyhash, int32 delta)
+pending_room(int n)
 {
-	if (npending == maxpending)
+	if (npending + n > maxpending)
 	{
-		int			newmax = Max(16, maxpending * 2);
+		int			newmax = Max(16, Max(maxpending * 2, npending + n));
 
 		if (pending == NULL)
+		{
 			pending = MemoryContextAlloc(TopMemoryContext, sizeof(PendingOp) * newmax);
+			wakeups = MemoryContextAlloc(TopMemoryContext, sizeof(WakeUp) * newmax);
+		}
 		else
+		{
 			pending = repalloc(pending, sizeof(PendingOp) * newmax);
+			wakeups = repalloc(wakeups, sizeof(WakeUp) * newmax);
+		}
 		maxpending = newmax;
 	}
+}
+
+/* Record a pending op; room was made with pending_room() before the lock. */
+static void
+add_pending(int32 queue_id, uint64 keyhash, int32 delta, PendingKind kind)
+{
+	Assert(npending < maxpending);
 	pending[npending].queue_id = queue_id;
 	pending[npending].keyhash = keyhash;
 	pending[npending].delta = delta;
+	pending[npending].kind = kind;
 	pending[npending].level = GetCurrentTransactionNestLevel();
 	npending++;
 }
@@ -356,8 +653,8 @@ static void
 shrink_reservation(int32 queue_id, uint64 keyhash, int32 n)
 {
 	for (int i = npending - 1; i >= 0; i--)
-		if (pending[i].queue_id == queue_id && pending[i].keyhash == keyhash &&
-			pending[i].delta > 0)
+		if (pending[i].kind == OP_COUNT && pending[i].queue_id == queue_id &&
+			pending[i].keyhash == keyhash && pending[i].delta > 0)
 		{
 			pending[i].delta -= n;
 			return;
@@ -393,9 +690,16 @@ pgjq_limits_reserve_queue(const PgjqQueue *queue, int want, int64 *token_in_us)
 	if (!pgjq_queue_has_limits(queue))
 		return want;
 	pgjq_limits_require_shmem("a queue with limits");
-	pgjq_limits_rebuild_if_needed();
+	if (!tracking() && !ensure_counted())
+	{
+		/* a standby cannot claim anyway: let the claim fail read-only */
+		if (untracked_why == UNTRACKED_RECOVERY)
+			return want;
+		untracked_error();
+	}
+	pending_room(1);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	q = counter_or_error(queue->queue_id, 0);
+	q = counter_or_error(queue->queue_id, 0, true);
 	q->limited = queue->concurrency > 0 || queue->key_concurrency > 0;
 	if (queue->concurrency > 0)
 		granted = Min(granted, Max(0, queue->concurrency - q->running));
@@ -413,7 +717,7 @@ pgjq_limits_reserve_queue(const PgjqQueue *queue, int want, int64 *token_in_us)
 	if (queue->concurrency > 0)
 	{
 		q->running += granted;
-		add_pending(queue->queue_id, 0, granted);
+		add_pending(queue->queue_id, 0, granted, OP_COUNT);
 	}
 	LWLockRelease(shared->lock);
 	return granted;
@@ -429,13 +733,13 @@ pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used)
 {
 	Counter    *q;
 
-	if (shared == NULL)
+	if (shared == NULL || !tracking())
 		return;
 	if (!pgjq_queue_has_limits(queue) && used == 0)
 		return;
-	pgjq_limits_rebuild_if_needed();
+	pending_room(1);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	q = counter_or_error(queue->queue_id, 0);
+	q = counter_or_error(queue->queue_id, 0, true);
 	if (queue->concurrency > 0)
 	{
 		q->running -= reserved - used;
@@ -444,7 +748,7 @@ pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used)
 	else if (used > 0)
 	{
 		q->running += used;
-		add_pending(queue->queue_id, 0, used);
+		add_pending(queue->queue_id, 0, used, OP_COUNT);
 	}
 	if (queue->rate > 0)
 		q->tokens += reserved - used;	/* the rate limits starts only */
@@ -453,7 +757,9 @@ pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used)
 
 typedef struct QuotaState
 {
-	bool		key_limited;
+	bool		key_limited;	/* reserve per key (keys of the queue tracked) */
+	bool		blocked;		/* key-limited, but its keys cannot be counted
+								 * now: grant nothing */
 	bool		cut_short;
 } QuotaState;
 
@@ -466,15 +772,21 @@ quota_reserve(PgjqClaimQuota *quota, const char *fair_key, int want)
 
 	if (!st->key_limited)
 		return want;
+	if (st->blocked)
+	{
+		st->cut_short = true;
+		return 0;
+	}
+	pending_room(1);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	c = counter_or_error(quota->queue->queue_id, key_hash(fair_key));
+	c = counter_or_error(quota->queue->queue_id, key_hash(fair_key), true);
 	granted = Min(want, Max(0, quota->queue->key_concurrency - c->running));
 	if (granted == 0)
 		st->cut_short = true;	/* a key with ready jobs skipped */
 	c->running += granted;
 	drop_if_idle(c);
 	if (granted > 0)
-		add_pending(quota->queue->queue_id, key_hash(fair_key), granted);
+		add_pending(quota->queue->queue_id, key_hash(fair_key), granted, OP_COUNT);
 	LWLockRelease(shared->lock);
 	return granted;
 }
@@ -487,14 +799,17 @@ quota_release(PgjqClaimQuota *quota, const char *fair_key, int n)
 	Counter    *c;
 	uint64		h;
 
-	if (shared == NULL || !st->key_limited || n <= 0)
+	if (shared == NULL || !st->key_limited || st->blocked || n <= 0)
 		return;
 	h = key_hash(fair_key);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	c = counter_or_error(quota->queue->queue_id, h);
-	c->running -= n;
-	shrink_reservation(quota->queue->queue_id, h, n);
-	drop_if_idle(c);
+	c = counter(quota->queue->queue_id, h, false);
+	if (c)
+	{
+		c->running -= n;
+		shrink_reservation(quota->queue->queue_id, h, n);
+		drop_if_idle(c);
+	}
 	LWLockRelease(shared->lock);
 }
 
@@ -504,32 +819,132 @@ quota_settle(PgjqClaimQuota *quota, const char *fair_key, int reserved, int pick
 	QuotaState *st = quota->state;
 	Counter    *c;
 	uint64		h;
+	int32		queue_id = quota->queue->queue_id;
 
-	if (shared == NULL || (reserved == picked && st->key_limited) || (!st->key_limited && picked == 0))
+	if (shared == NULL || !tracking() || st->blocked)
+		return;
+	if (st->key_limited ? reserved == picked : picked == 0)
 		return;
 	h = key_hash(fair_key);
+	pending_room(1);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	c = counter_or_error(quota->queue->queue_id, h);
 	if (st->key_limited)
 	{
-		c->running -= reserved - picked;
-		shrink_reservation(quota->queue->queue_id, h, reserved - picked);
+		c = counter(queue_id, h, false);
+		if (c)
+		{
+			c->running -= reserved - picked;
+			shrink_reservation(queue_id, h, reserved - picked);
 
-		/*
-		 * The limit bound this key: it took all it was allowed and is full
-		 * (counted even when the key had no more ready jobs than that).
-		 */
-		if (picked > 0 && picked == reserved &&
-			c->running >= quota->queue->key_concurrency)
-			st->cut_short = true;
+			/*
+			 * The limit bound this key: it took all it was allowed and is
+			 * full (counted even when the key had no more ready jobs than
+			 * that).
+			 */
+			if (picked > 0 && picked == reserved &&
+				c->running >= quota->queue->key_concurrency)
+				st->cut_short = true;
+			drop_if_idle(c);
+		}
 	}
 	else
 	{
-		c->running += picked;
-		add_pending(quota->queue->queue_id, h, picked);
+		/*
+		 * A queue without a key limit: its keys are counted only if they are
+		 * tracked (the queue had a key limit); otherwise the jobs count as
+		 * untracked until this transaction ends (see the file header).
+		 */
+		Counter    *q = counter_or_error(queue_id, 0, true);
+
+		if (q->keys_valid)
+		{
+			c = counter_or_error(queue_id, h, false);
+			c->running += picked;
+			add_pending(queue_id, h, picked, OP_COUNT);
+		}
+		else
+		{
+			q->untracked += picked;
+			add_pending(queue_id, 0, picked, OP_UNTRACKED);
+		}
 	}
-	drop_if_idle(c);
 	LWLockRelease(shared->lock);
+}
+
+/*
+ * Count the running jobs of each key of a key-limited queue whose keys are
+ * not tracked yet (its key limit is new).  False if that cannot be exact now
+ * (untracked changes are open or ended meanwhile; see the file header) or
+ * the queue is gone.  Caller is inside the call's SPI connection.
+ */
+static bool
+queue_keys_ready(int32 queue_id)
+{
+	Counter    *q;
+	uint64		ends;
+	Datum		values[1] = {Int32GetDatum(queue_id)};
+	int			n;
+	uint64	   *hashes;
+	int32	   *counts;
+	bool		ready = false;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	q = counter_or_error(queue_id, 0, true);
+	if (q->keys_valid || q->untracked > 0)
+	{
+		ready = q->keys_valid;
+		LWLockRelease(shared->lock);
+		return ready;
+	}
+	ends = q->untracked_ends;
+	LWLockRelease(shared->lock);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	pgjq_spi_run(&plan_count_queue_keys, values, NULL, 0);
+	n = (int) SPI_processed;
+	hashes = palloc(sizeof(uint64) * Max(n, 1));
+	counts = palloc(sizeof(int32) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		hashes[i] = key_hash(TextDatumGetCString(pgjq_spi_get(i, 1, &isnull)));
+		counts[i] = DatumGetInt32(pgjq_spi_get(i, 2, &isnull));
+	}
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	q = counter(queue_id, 0, false);
+	if (q && q->keys_valid)
+		ready = true;
+	else if (q && q->untracked == 0 && q->untracked_ends == ends)
+	{
+		for (int i = 0; i < n; i++)
+		{
+			Counter    *k = counter(queue_id, hashes[i], true);
+
+			if (k == NULL)
+			{
+				/* leave no partial count behind */
+				HASH_SEQ_STATUS scan;
+				Counter    *c;
+
+				hash_seq_init(&scan, counters);
+				while ((c = hash_seq_search(&scan)) != NULL)
+					if (c->key.dboid == MyDatabaseId && c->key.queue_id == queue_id &&
+						c->key.keyhash != 0)
+						hash_search(counters, &c->key, HASH_REMOVE, NULL);
+				LWLockRelease(shared->lock);
+				counters_full_error();
+			}
+			k->running = counts[i];
+		}
+		q->keys_valid = true;
+		ready = true;
+	}
+	LWLockRelease(shared->lock);
+	SPI_finish();
+	return ready;
 }
 
 /*
@@ -543,9 +958,17 @@ pgjq_limits_init_quota(PgjqClaimQuota *quota, const PgjqQueue *queue)
 
 	st->key_limited = queue->key_concurrency > 0;
 	if (st->key_limited)
+	{
 		pgjq_limits_require_shmem("a queue with key_concurrency");
-	if (shared)
-		pgjq_limits_rebuild_if_needed();
+		if (!tracking() && !ensure_counted())
+		{
+			if (untracked_why != UNTRACKED_RECOVERY)
+				untracked_error();
+			st->key_limited = false;	/* a standby: the claim fails anyway */
+		}
+		else
+			st->blocked = !queue_keys_ready(queue->queue_id);
+	}
 	quota->per_key_limit = st->key_limited;
 	quota->reserve = quota_reserve;
 	quota->settle = quota_settle;
@@ -565,13 +988,37 @@ pgjq_limits_quota_cut_short(PgjqClaimQuota *quota)
 static void
 left_running(int32 queue_id, const char *fair_key, int n)
 {
+	Counter    *q;
+	PendingKind kind = OP_COUNT;
+
 	if (prev_left_running_hook)
 		prev_left_running_hook(queue_id, fair_key, n);
-	if (n <= 0)
+	if (n <= 0 || !tracking())
 		return;
-	pgjq_limits_rebuild_if_needed();
-	add_pending(queue_id, 0, -n);
-	add_pending(queue_id, key_hash(fair_key), -n);
+	pending_room(2);
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	add_pending(queue_id, 0, -n, OP_COUNT);
+	q = counter(queue_id, 0, false);
+	if (q && !q->keys_valid)
+	{
+		q->untracked += n;
+		kind = OP_UNTRACKED;
+	}
+	if (kind == OP_UNTRACKED)
+		add_pending(queue_id, 0, n, OP_UNTRACKED);
+	else if (q)
+		add_pending(queue_id, key_hash(fair_key), -n, OP_COUNT);
+	LWLockRelease(shared->lock);
+}
+
+/* drop_queue: forget the queue's counters when the transaction commits. */
+void
+pgjq_limits_queue_dropped(int32 queue_id)
+{
+	if (shared == NULL || !tracking())
+		return;
+	pending_room(1);
+	add_pending(queue_id, 0, 0, OP_DROP_QUEUE);
 }
 
 /* Count a claim that a queue-level limit cut short. */
@@ -589,51 +1036,91 @@ note_held_back(int32 queue_id)
 
 /*
  * Apply (commit) or undo (abort) this transaction's pending changes at or
- * below subtransaction level `level`.
+ * below subtransaction level `level` (0: the whole transaction), then wake
+ * the waiters of limited queues that got room, after releasing the lock.
  */
 static void
 resolve(bool commit, int level)
 {
 	int			kept = 0;
+	int			nwake = 0;
 	bool		same_db;
 
 	if (npending == 0)
 		return;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	{
-		DbState    *db = db_state(MyDatabaseId, false);
+		DbState    *db = db_state(MyDatabaseId);
 
-		same_db = db && db->incarnation == pending_incarnation;
+		same_db = db && OidIsValid(db->incarnation) &&
+			db->incarnation == pending_incarnation;
 	}
 	for (int i = 0; i < npending; i++)
 	{
 		PendingOp  *op = &pending[i];
+		Counter    *c;
 		int32		change = 0;
 
-		if (op->level < level)
+		/* untracked changes end with the top-level transaction only */
+		if (op->level < level || (level > 0 && op->kind == OP_UNTRACKED))
 		{
 			pending[kept++] = *op;
 			continue;
 		}
-		if (commit && op->delta < 0)
-			change = op->delta;
-		else if (!commit && op->delta > 0)
-			change = -op->delta;
-		if (change != 0 && same_db)
+		if (!same_db)
+			continue;
+		switch (op->kind)
 		{
-			Counter    *c = counter(op->queue_id, op->keyhash, false);
-
-			if (c)
-			{
-				c->running = Max(0, c->running + change);
-				if (commit && op->keyhash == 0 && c->limited)
-					pgjq_wait_wake(MyDatabaseId, op->queue_id, -change);
-				drop_if_idle(c);
-			}
+			case OP_COUNT:
+				if (commit && op->delta < 0)
+					change = op->delta;
+				else if (!commit && op->delta > 0)
+					change = -op->delta;
+				if (change == 0)
+					break;
+				c = counter(op->queue_id, op->keyhash, false);
+				if (c)
+				{
+					c->running = Max(0, c->running + change);
+					if (commit && op->keyhash == 0 && c->limited)
+					{
+						wakeups[nwake].queue_id = op->queue_id;
+						wakeups[nwake].n = -change;
+						nwake++;
+					}
+					drop_if_idle(c);
+				}
+				break;
+			case OP_UNTRACKED:
+				c = counter(op->queue_id, 0, false);
+				if (c)
+				{
+					c->untracked = Max(0, c->untracked - op->delta);
+					c->untracked_ends++;
+				}
+				break;
+			case OP_DROP_QUEUE:
+				if (commit)
+					remove_entries(MyDatabaseId, op->queue_id);
+				break;
 		}
 	}
 	npending = kept;
 	LWLockRelease(shared->lock);
+
+	/* O(waiters) each: not under the counters' lock */
+	for (int i = 0; i < nwake; i++)
+		pgjq_wait_wake(MyDatabaseId, wakeups[i].queue_id, wakeups[i].n);
+}
+
+/* True when this transaction has changed the counters. */
+static bool
+has_pending_changes(void)
+{
+	for (int i = 0; i < npending; i++)
+		if (pending[i].delta != 0 || pending[i].kind == OP_DROP_QUEUE)
+			return true;
+	return false;
 }
 
 static void
@@ -643,7 +1130,6 @@ xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PREPARE:
 			resolve(true, 0);
 			npending = 0;
 			break;
@@ -651,6 +1137,22 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			resolve(false, 0);
 			npending = 0;
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+
+			/*
+			 * The counters cannot follow a prepared transaction: its outcome
+			 * comes from another session, or after a restart that the rebuild
+			 * cannot see it through.
+			 */
+			if (has_pending_changes())
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has claimed or finished pgjq jobs"),
+						 errdetail("pgjq's limit counters do not support two-phase commit.")));
+			break;
+		case XACT_EVENT_PREPARE:
+			npending = 0;		/* only ops without effect are left */
 			break;
 		default:
 			break;
@@ -741,7 +1243,8 @@ pgjq_limits_queue_full(int32 queue_id, int32 concurrency)
 
 	if (shared == NULL || concurrency <= 0)
 		return false;
-	pgjq_limits_rebuild_if_needed();
+	if (!tracking() && !ensure_counted())
+		return false;
 	LWLockAcquire(shared->lock, LW_SHARED);
 	q = counter(queue_id, 0, false);
 	if (q && q->running >= concurrency)
@@ -754,6 +1257,6 @@ pgjq_limits_queue_full(int32 queue_id, int32 concurrency)
 void
 pgjq_limits_note_held_back(int32 queue_id)
 {
-	if (shared)
+	if (shared && tracking())
 		note_held_back(queue_id);
 }

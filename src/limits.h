@@ -24,6 +24,7 @@ extern void pgjq_limits_rebuild_if_needed(void);
 extern void pgjq_limits_init_quota(PgjqClaimQuota *quota, const PgjqQueue *queue);
 extern bool pgjq_limits_quota_cut_short(PgjqClaimQuota *quota);
 extern void pgjq_limits_note_held_back(int32 queue_id);
+extern void pgjq_limits_queue_dropped(int32 queue_id);
 
 /* wait.c */
 #define PGJQ_WAIT_MAX_QUEUES 32

@@ -24,6 +24,7 @@ extern int	pgjq_max_payload_size;
 extern int	pgjq_max_sleep_ms;
 extern int	pgjq_prune_interval_ms;
 extern int	pgjq_max_tracked_keys;
+extern int	pgjq_max_databases;
 extern int	pgjq_max_wait_ms;
 extern void pgjq_guc_init(void);
 

@@ -165,6 +165,7 @@ pgjq_drop_queue(PG_FUNCTION_ARGS)
 							   running, name, (long long) running),
 				 errhint("Wait for them to finish, or use drop_queue(..., force => true).")));
 	pgjq_storage_end();
+	pgjq_limits_queue_dropped(queue.queue_id);
 	PG_RETURN_VOID();
 }
 

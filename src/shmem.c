@@ -19,7 +19,9 @@
  * a delayed enqueue's run_at, a snooze, a fail() retry (outcome.c), a new
  * lease end (claim.c) and a heartbeat's.  slots[] entries are assigned
  * under the lock; a producer reads its dboid, latch and next_due without
- * it (see wake_worker).
+ * it (see wake_worker).  PREPARE TRANSACTION of a transaction with a pending
+ * due time is refused (0A000): its commit would happen in another session,
+ * waking no worker.
  *
  *-------------------------------------------------------------------------
  */
@@ -165,8 +167,17 @@ xact_callback(XactEvent event, void *arg)
 				wake_worker(pending_due);
 			pending_due = DT_NOEND;
 			break;
+		case XACT_EVENT_PRE_PREPARE:
+			/* COMMIT PREPARED happens elsewhere: the worker would not wake */
+			if (pending_due != DT_NOEND)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has scheduled pgjq jobs"),
+						 errdetail("pgjq wakes its worker at commit, which two-phase commit does not support.")));
+			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
 			pending_due = DT_NOEND;
 			break;
 		default:

@@ -4,7 +4,9 @@
  *	  Entry and exit of the storage engine, and helpers its files share.
  *
  * pgjq_storage_begin() connects to SPI and remembers the caller's memory
- * context, where the engine copies every result it hands back.
+ * context, where the engine copies every result it hands back.  Before
+ * that it calls the begin hook (limits.c's counter rebuild), so the hook
+ * runs before any statement of the call.
  *
  *-------------------------------------------------------------------------
  */
@@ -17,12 +19,15 @@
 MemoryContext pgjq_result_cxt = NULL;
 PgjqLeftRunningHook pgjq_left_running_hook = NULL;
 PgjqBecameReadyHook pgjq_became_ready_hook = NULL;
+PgjqStorageBeginHook pgjq_storage_begin_hook = NULL;
 
 void
 pgjq_storage_begin(void)
 {
 	MemoryContext caller = CurrentMemoryContext;
 
+	if (pgjq_storage_begin_hook)
+		pgjq_storage_begin_hook();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pgjq: SPI_connect failed");
 	pgjq_result_cxt = caller;

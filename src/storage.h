@@ -84,6 +84,14 @@ typedef void (*PgjqBecameReadyHook) (int32 queue_id, int n);
 extern PgjqLeftRunningHook pgjq_left_running_hook;
 extern PgjqBecameReadyHook pgjq_became_ready_hook;
 
+/*
+ * Called by pgjq_storage_begin() before any statement of the call: limits.c
+ * counts the running jobs there when its counters are not built yet, which
+ * must happen before the call changes a job.
+ */
+typedef void (*PgjqStorageBeginHook) (void);
+extern PgjqStorageBeginHook pgjq_storage_begin_hook;
+
 /* Jobs to enqueue: arrays of n, plus values shared by all of them. */
 typedef struct PgjqNewJobs
 {

@@ -17,8 +17,11 @@
  * A woken waiter claims again; if another claimer got there first it re-arms
  * and sleeps for the rest of its wait.  No NOTIFY, no polling.
  *
+ * PREPARE TRANSACTION of a transaction with notes is refused (0A000): the
+ * wake-ups would have to happen at a COMMIT PREPARED in another session.
+ *
  * Locking: wait_lock guards the records; nwaiting lets producers skip it
- * when nobody waits.
+ * when nobody waits.  Callers must not hold limits.c's lock.
  *
  *-------------------------------------------------------------------------
  */
@@ -269,6 +272,14 @@ wait_xact_callback(XactEvent event, void *arg)
 			for (int i = 0; i < nnotes; i++)
 				pgjq_wait_wake(MyDatabaseId, notes[i].queue_id, notes[i].n);
 			nnotes = 0;
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			/* COMMIT PREPARED happens elsewhere: the wake-ups would be lost */
+			if (nnotes > 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has made pgjq jobs ready"),
+						 errdetail("pgjq wakes waiting claims at commit, which two-phase commit does not support.")));
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:

@@ -8,6 +8,12 @@
 # expired leases are rescued by themselves, and the new primary hands out and
 # completes work.
 #
+# Limit counters: a claim on the standby must not build counters that stay
+# in use after promotion.  Queue "lq" (concurrency 3) has 2 running jobs when
+# the standby is asked for a claim; the primary then completes both and
+# claims another, so 1 runs at promotion, and the promoted standby must hand
+# out exactly 2 more.
+#
 # The primary serves database "postgres" only; database "jobs" (with the
 # extension) is left unserved on the primary, so its due jobs and expired
 # leases wait for the standby, which serves both.
@@ -75,6 +81,17 @@ is($leased_id, $j_leased, 'a job is leased on the primary');
 my $j_ready = $primary->safe_psql('jobs',
 	"SELECT pgjq.enqueue('q', '{\"k\": \"ready\"}')");
 
+# jobs: a limited queue with 2 of its 10 jobs running.
+my @lq_held = split /\n/,
+  $primary->safe_psql(
+	'jobs', q{
+SELECT pgjq.create_queue('lq', concurrency => 3, lease => '1 hour');
+SELECT count(*) FROM pgjq.enqueue_many('lq', array_fill('{}'::jsonb, ARRAY[10]));
+SELECT id || ',' || token FROM pgjq.claim('lq', 2) ORDER BY id;
+});
+shift @lq_held for 1 .. 2;    # the outputs of create_queue and enqueue_many
+is(scalar(@lq_held), 2, 'limited queue lq: 2 jobs run on the primary');
+
 $primary->wait_for_catchup($standby);
 
 # ------------------------------------------------------- on the standby
@@ -134,6 +151,22 @@ for my $call (
 		"$call fails as read-only on the standby");
 }
 
+# A claim of the limited queue on the standby (it fails read-only) while 2 of
+# its jobs run; then the primary completes both and claims one more.
+{
+	my ($ret, $stdout, $stderr) = $standby->psql('jobs', "SELECT * FROM pgjq.claim('lq', 5)");
+	isnt($ret, 0, 'a claim of the limited queue fails on the standby');
+}
+for my $h (@lq_held)
+{
+	my ($id, $token) = split /,/, $h;
+	is($primary->safe_psql('jobs', "SELECT pgjq.complete($id, $token)"),
+		't', "the primary completes lq job $id");
+}
+my $lq_running = $primary->safe_psql('jobs', "SELECT id || ',' || token FROM pgjq.claim('lq', 1)");
+isnt($lq_running, '', 'the primary claims one more lq job');
+$primary->wait_for_catchup($standby);
+
 # ------------------------------------------------------------- promotion
 
 $primary->stop;
@@ -153,6 +186,19 @@ for my $db ('postgres', 'jobs')
 ok( $standby->poll_query_until(
 		'jobs', "SELECT state FROM pgjq.job($j_delayed)", 'ready'),
 	'after promotion the overdue job becomes ready by itself');
+
+# lq: 1 job runs, the limit is 3, so exactly 2 more are handed out.
+is($standby->safe_psql('jobs', "SELECT count(*) FROM pgjq.claim('lq', 5)"),
+	'2', 'after promotion the limited queue hands out exactly up to its limit');
+is($standby->safe_psql('jobs', "SELECT count(*) FROM pgjq.claim('lq', 5)"),
+	'0', '... and no more');
+{
+	my ($id, $token) = split /,/, $lq_running;
+	is($standby->safe_psql('jobs', "SELECT pgjq.complete($id, $token)"),
+		't', 'the job claimed on the old primary is completed');
+	is($standby->safe_psql('jobs', "SELECT count(*) FROM pgjq.claim('lq', 5)"),
+		'1', '... which frees exactly one slot');
+}
 ok( $standby->poll_query_until(
 		'jobs',
 		"SELECT state = 'ready' AND attempt = 1 AND last_error IS NOT NULL FROM pgjq.job($j_leased)"

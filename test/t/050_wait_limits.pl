@@ -17,7 +17,8 @@
 # - the limit counters are rebuilt from the tables after a crash restart:
 #   jobs claimed before the crash still count;
 # - without shared_preload_libraries the features that need shared memory
-#   raise object_not_in_prerequisite_state (55000) with a hint.
+#   raise object_not_in_prerequisite_state (55000) with a hint, and pgjq
+#   calls may be prepared (PREPARE TRANSACTION), as no state follows them.
 #
 # Timing: waiting claims are started in background psql sessions, and a wake
 # up is only tried once pg_stat_activity shows the claim sleeping (wait_event
@@ -422,7 +423,8 @@ SELECT count(*) FROM pgjq.enqueue_many('klim', array_fill('{}'::jsonb, ARRAY[4])
 # ================================================ without the preload
 
 {
-	$node->append_conf('postgresql.conf', "shared_preload_libraries = ''");
+	$node->append_conf('postgresql.conf',
+		"shared_preload_libraries = ''\nmax_prepared_transactions = 2");
 	$node->restart;
 
 	my @cases = (
@@ -452,6 +454,13 @@ SELECT count(*) FROM pgjq.enqueue_many('klim', array_fill('{}'::jsonb, ARRAY[4])
 	($ret, $out, $err) = $node->psql('postgres',
 		"SELECT pgjq.alter_queue('lim', concurrency => 0); SELECT count(*) FROM pgjq.claim('lim', 10)");
 	is($out, "\n2", 'a limit is removed without the preload, and the queue is claimable again')
+	  or diag $err;
+	# no shared state follows the commit: a prepared enqueue and claim are fine
+	($ret, $out, $err) = $node->psql('postgres',
+		"BEGIN; SELECT pgjq.enqueue('q') > 0; PREPARE TRANSACTION 'np1'; COMMIT PREPARED 'np1';"
+		  . " BEGIN; SELECT count(*) FROM pgjq.claim('q'); PREPARE TRANSACTION 'np2';"
+		  . " ROLLBACK PREPARED 'np2'; SELECT count(*) FROM pgjq.claim('q')");
+	is($out, "t\n1\n1", 'without the preload an enqueue and a claim can be prepared')
 	  or diag $err;
 }
 
