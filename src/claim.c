@@ -14,8 +14,12 @@
  * With `wait`, a call that finds nothing sleeps until a producer's commit
  * makes a job of one of its queues claimable, or the wait (capped by
  * pgjq.max_wait) ends; query cancel and statement_timeout interrupt it
- * (wait.c).  A waiting call holds its statement's snapshot, and so the xmin
- * horizon; await() waits without one.
+ * (wait.c).  When a rate limit cut a claim that had jobs, it also wakes
+ * when the next token is due (an empty queue does not make it poll).  A
+ * claim notes for wait.c the jobs it locks (ready again if it aborts) and
+ * the rows it locked but did not take (ready when it commits).  A waiting
+ * call holds its statement's snapshot, and so the xmin horizon; await()
+ * waits without one.
  *
  *-------------------------------------------------------------------------
  */
@@ -93,18 +97,56 @@ lookup_queues(char **names, int n, PgjqQueue *queues)
 		pgjq_storage_queue_get_or_error(names[i], &queues[i]);
 }
 
+/* Order of fair keys (text, or 0 for none) for distinct_keys(). */
+static int
+key_cmp(const void *a, const void *b)
+{
+	Datum		ka = *(const Datum *) a;
+	Datum		kb = *(const Datum *) b;
+	int			la = ka ? VARSIZE_ANY_EXHDR(DatumGetPointer(ka)) : 0;
+	int			lb = kb ? VARSIZE_ANY_EXHDR(DatumGetPointer(kb)) : 0;
+	int			c;
+
+	if (la == 0 || lb == 0)
+		return (la > 0) - (lb > 0);
+	c = memcmp(VARDATA_ANY(DatumGetPointer(ka)), VARDATA_ANY(DatumGetPointer(kb)), Min(la, lb));
+	return c != 0 ? c : (la > lb) - (la < lb);
+}
+
+/* How many distinct fair keys the n jobs have. */
+static int
+distinct_keys(const PgjqClaimedJob *jobs, int n)
+{
+	Datum	   *keys = palloc(sizeof(Datum) * n);
+	int			d = 1;
+
+	for (int i = 0; i < n; i++)
+		keys[i] = jobs[i].fair_key;
+	qsort(keys, n, sizeof(Datum), key_cmp);
+	for (int i = 1; i < n; i++)
+		if (key_cmp(&keys[i - 1], &keys[i]) != 0)
+			d++;
+	pfree(keys);
+	return d;
+}
+
 /*
  * One claim attempt over all queues, in order, in its own SPI session.
- * Returns how many jobs it leased into jobs[].
+ * Returns how many jobs it leased into jobs[]; queues[] is the caller's
+ * room for nqueues entries.  *examined gets bit i for each queue it looked
+ * at (those after the batch filled up are not).  *retry_in_us is lowered to
+ * when the next rate token is due if a rate limit held back jobs that are
+ * there.
  */
 static int
 claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *worker,
-		   PgjqClaimedJob *jobs, int32 *queue_ids, int64 *retry_in_us)
+		   PgjqQueue *queues, PgjqClaimedJob *jobs, int32 *queue_ids, uint32 *examined,
+		   int64 *retry_in_us)
 {
-	PgjqQueue  *queues = palloc(sizeof(PgjqQueue) * nqueues);
 	int			n = 0;
 	int64		token = 0;
 
+	*examined = 0;
 	pgjq_storage_begin();
 	lookup_queues(names, nqueues, queues);
 	for (int i = 0; i < nqueues; i++)
@@ -114,32 +156,70 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		int			want = batch - n;
 		int			granted;
 		int			got;
+		int			held;
 		int64		token_in_us;
 		TimestampTz lease_until;
 
 		queue_ids[i] = q->queue_id;
-		if (q->paused || want <= 0)
+		if (want <= 0)
+			continue;
+		*examined |= (uint32) 1 << i;
+		if (q->paused)
 			continue;
 		granted = pgjq_limits_reserve_queue(q, want, &token_in_us);
-		if (token_in_us > 0 && (*retry_in_us == 0 || token_in_us < *retry_in_us))
-			*retry_in_us = token_in_us;
 		if (granted == 0)
 		{
+			/*
+			 * An empty bucket (token_in_us set) was emptied by claims that
+			 * had jobs: wait for the next token.  If the queue is empty by
+			 * then, that attempt is granted a token, takes nothing, and the
+			 * wait goes on to a commit or its end.
+			 */
+			if (token_in_us > 0 && (*retry_in_us == 0 || token_in_us < *retry_in_us))
+				*retry_in_us = token_in_us;
 			pgjq_limits_note_held_back(q->queue_id);
 			continue;
 		}
 		pgjq_limits_init_quota(&quota, q);
 		lease_until = GetCurrentTimestamp() + (lease_us > 0 ? lease_us : q->lease_us);
+
+		/*
+		 * If this (sub)transaction aborts, the jobs the claim locked are
+		 * ready again: wake waiters then.  Noted before the claim, for an
+		 * error in it; a round locks fewer than twice what it may take.
+		 */
+		pgjq_wait_note_claimed(q->queue_id, 2 * granted);
 		got = pgjq_storage_claim(q, granted, lease_until, worker, &quota, &token, jobs + n);
 		for (int k = n; k < n + got; k++)
 			jobs[k].lease_until = lease_until;
 		/* the worker rescues the lease on time if it ends before its wake-up */
 		if (got > 0)
 			pgjq_shmem_note_due(lease_until);
+
+		/*
+		 * A claim that fills its batch from several fair keys may lock up to
+		 * one row too many per key (storage_claim.c) and release them at
+		 * commit: those are ready then, and nobody else would wake a waiter
+		 * for them.  (Only the last round can fill the batch; one that does
+		 * not fill it takes every row it locked.)
+		 */
+		held = got;
+		if (got == granted && got > 1)
+		{
+			int			extra = distinct_keys(jobs + n, got) - 1;
+
+			held += extra;
+			pgjq_wait_note_ready(q->queue_id, extra);
+		}
+		pgjq_wait_note_claimed(q->queue_id, held - 2 * granted);
 		pgjq_limits_settle_queue(q, granted, got);
 		/* held back: a limit, not the supply of ready jobs, stopped the claim */
 		if ((got == granted && granted < want) || pgjq_limits_quota_cut_short(&quota))
 			pgjq_limits_note_held_back(q->queue_id);
+		/* the bucket cut a claim that had jobs: more may come with a token */
+		if (token_in_us > 0 && got == granted &&
+			(*retry_in_us == 0 || token_in_us < *retry_in_us))
+			*retry_in_us = token_in_us;
 		n += got;
 	}
 	pgjq_storage_end();
@@ -157,7 +237,9 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 	int64		wait_us = pgjq_arg_interval(fcinfo, 4, "wait", 0, true, 3650 * USECS_PER_DAY, 0);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	PgjqClaimedJob *jobs;
+	PgjqQueue  *queues;
 	int32	   *queue_ids = palloc(sizeof(int32) * nqueues);
+	uint32		examined;
 	int			n = 0;
 	TimestampTz deadline = 0;
 	int64		retry_in_us = 0;
@@ -178,21 +260,30 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 	}
 	pgjq_srf_materialize(fcinfo);
 	jobs = palloc(sizeof(PgjqClaimedJob) * batch);
+	queues = palloc(sizeof(PgjqQueue) * nqueues);
 
-	n = claim_once(names, nqueues, batch, lease_us, worker, jobs, queue_ids, &retry_in_us);
+	n = claim_once(names, nqueues, batch, lease_us, worker, queues, jobs, queue_ids,
+				   &examined, &retry_in_us);
 	if (n == 0 && wait_us > 0)
 	{
 		/* register, then try once more: a commit in between is not missed */
-		pgjq_wait_register(nqueues, queue_ids);
+		pgjq_wait_register(nqueues, queue_ids, false);
 		PG_TRY();
 		{
+			int			attempt = 0;
+
 			for (;;)
 			{
 				TimestampTz now;
+				uint32		woken = pgjq_wait_woken();
 
+				elog(DEBUG1, "pgjq: attempt %d of a waiting claim", ++attempt);
 				retry_in_us = 0;
-				n = claim_once(names, nqueues, batch, lease_us, worker, jobs, queue_ids,
-							   &retry_in_us);
+				n = claim_once(names, nqueues, batch, lease_us, worker, queues, jobs,
+							   queue_ids, &examined, &retry_in_us);
+				/* the wake-ups of the queues it looked at are used up */
+				if (woken & examined)
+					pgjq_wait_used(woken & examined);
 				now = GetCurrentTimestamp();
 				if (n > 0 || now >= deadline)
 					break;
@@ -202,6 +293,7 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 		}
 		PG_FINALLY();
 		{
+			/* hands on the wake-ups of queues it did not get to */
 			pgjq_wait_unregister();
 		}
 		PG_END_TRY();
@@ -238,13 +330,34 @@ pgjq_claim_many(PG_FUNCTION_ARGS)
 	return claim_common(fcinfo, true);
 }
 
-/* Queues of $1 that are not paused and have a ready job, with their limit. */
+/* Queues of $1 that are not paused and have a ready job, with their limits. */
 static PgjqPlan plan_ready = {
-	"SELECT q.queue_id, coalesce(q.concurrency, 0) FROM pgjq.queue q"
+	"SELECT q.queue_id, coalesce(q.concurrency, 0), coalesce(q.key_concurrency, 0),"
+	"       coalesce(q.rate, 0), coalesce(q.burst, 0) FROM pgjq.queue q"
 	" WHERE q.queue_id = ANY ($1) AND NOT q.paused"
 	"   AND EXISTS (SELECT 1 FROM pgjq.job j WHERE j.queue_id = q.queue_id AND j.state = 'r')",
 	1, {INT4ARRAYOID}
 };
+
+/*
+ * The first (priority, fair key) with a ready job at or after ($2, $3), one
+ * descent of the ready index.  The smallest text after s is s || E'\x01'.
+ */
+static PgjqPlan plan_ready_key = {
+	"SELECT priority, fair_key FROM pgjq.job"
+	" WHERE queue_id = $1 AND state = 'r' AND (priority, fair_key) >= ($2, $3)"
+	" ORDER BY queue_id, priority, fair_key LIMIT 1",
+	3, {INT4OID, INT2OID, TEXTOID}
+};
+
+/* Keys at their limit that _await_ready passes over before it gives up. */
+#define AWAIT_MAX_FULL_KEYS 1000
+
+/*
+ * When _await_ready found ready jobs held back only by a rate limit: when
+ * the next token is due.  await() reads it (the same backend runs both).
+ */
+static int64 await_token_in_us = 0;
 
 PG_FUNCTION_INFO_V1(pgjq_await_ids);
 PG_FUNCTION_INFO_V1(pgjq_await_ready);
@@ -267,28 +380,92 @@ pgjq_await_ids(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Whether a ready job of the key-limited queue belongs to a key below its
+ * limit.  Walks the (priority, key) pairs of ready jobs, passing over keys
+ * at their limit; after AWAIT_MAX_FULL_KEYS of them it says yes (a claim
+ * sorts it out).
+ */
+static bool
+ready_key_below_limit(int32 queue_id, int32 key_concurrency)
+{
+	int16		prio = PG_INT16_MIN;
+	char	   *from = "";
+
+	for (int probes = 0; probes < AWAIT_MAX_FULL_KEYS; probes++)
+	{
+		Datum		values[3];
+		bool		isnull;
+		char	   *key;
+
+		values[0] = Int32GetDatum(queue_id);
+		values[1] = Int16GetDatum(prio);
+		values[2] = CStringGetTextDatum(from);
+		pgjq_spi_run(&plan_ready_key, values, NULL, 1);
+		if (SPI_processed == 0)
+			return false;
+		prio = DatumGetInt16(pgjq_spi_get(0, 1, &isnull));
+		key = TextDatumGetCString(pgjq_spi_get(0, 2, &isnull));
+		if (!pgjq_limits_key_full(queue_id, key, key_concurrency))
+			return true;
+		from = psprintf("%s\x01", key);
+	}
+	return true;
+}
+
+/*
  * pgjq._await_ready(ids): whether one of the queues has a ready job that a
- * claim could take: not paused, not at its concurrency limit (a completion
- * there wakes waiters anyway); a rate limit is not considered.
+ * claim could take now: not paused, not at its concurrency limit, of a key
+ * below its key_concurrency (a completion there wakes waiters anyway), and
+ * a token in its rate bucket.  When only rate limits hold ready jobs back,
+ * await_token_in_us says when the first token is due.
  */
 Datum
 pgjq_await_ready(PG_FUNCTION_ARGS)
 {
 	Datum		values[1];
 	bool		ready = false;
+	int			nrows;
+	PgjqQueue  *rows;
 
 	pgjq_arg_not_null(fcinfo, 0, "queue_ids");
+	await_token_in_us = 0;
 	values[0] = PG_GETARG_DATUM(0);
 	pgjq_storage_begin();
 	pgjq_spi_run(&plan_ready, values, NULL, 0);
-	for (uint64 r = 0; r < SPI_processed && !ready; r++)
+	nrows = (int) SPI_processed;
+	rows = palloc0(sizeof(PgjqQueue) * Max(nrows, 1));
+	for (int r = 0; r < nrows; r++)
 	{
 		bool		isnull;
 
-		ready = !pgjq_limits_queue_full(DatumGetInt32(pgjq_spi_get(r, 1, &isnull)),
-										DatumGetInt32(pgjq_spi_get(r, 2, &isnull)));
+		rows[r].queue_id = DatumGetInt32(pgjq_spi_get(r, 1, &isnull));
+		rows[r].concurrency = DatumGetInt32(pgjq_spi_get(r, 2, &isnull));
+		rows[r].key_concurrency = DatumGetInt32(pgjq_spi_get(r, 3, &isnull));
+		rows[r].rate = DatumGetFloat8(pgjq_spi_get(r, 4, &isnull));
+		rows[r].burst = DatumGetInt32(pgjq_spi_get(r, 5, &isnull));
+	}
+	for (int r = 0; r < nrows && !ready; r++)
+	{
+		PgjqQueue  *q = &rows[r];
+		int64		token_in_us;
+
+		if (pgjq_limits_queue_full(q->queue_id, q->concurrency))
+			continue;
+		if (q->key_concurrency > 0 && !ready_key_below_limit(q->queue_id, q->key_concurrency))
+			continue;
+		/* no commit refills a bucket: await() sleeps until the token is due */
+		token_in_us = pgjq_limits_next_token_us(q);
+		if (token_in_us > 0)
+		{
+			if (await_token_in_us == 0 || token_in_us < await_token_in_us)
+				await_token_in_us = token_in_us;
+			continue;
+		}
+		ready = true;
 	}
 	pgjq_storage_end();
+	if (ready)
+		await_token_in_us = 0;
 	PG_RETURN_BOOL(ready);
 }
 
@@ -302,7 +479,9 @@ static PgjqPlan plan_await_ready = {
 
 /*
  * CALL pgjq.await(queues, wait): return once one of the queues has a job a
- * claim could take, or the wait ends.  Called outside a transaction block
+ * claim could take (see _await_ready), or the wait ends.  It sleeps until a
+ * commit wakes it or, when only a rate limit holds ready jobs back, until
+ * the next token is due.  Called outside a transaction block
  * (a non-atomic CALL), it commits after each check and sleeps with no
  * transaction work and no snapshot, so it never holds back the xmin horizon;
  * inside one it sleeps like claim(..., wait).  It is SECURITY INVOKER (see
@@ -334,17 +513,30 @@ pgjq_await(PG_FUNCTION_ARGS)
 	nids = pgjq_array_length(ids);
 	idv = (int32 *) ARR_DATA_PTR(ids);
 
-	pgjq_wait_register(nids, idv);
+	pgjq_wait_register(nids, idv, true);
 	PG_TRY();
 	{
+		int			check = 0;
+
 		for (;;)
 		{
 			TimestampTz now;
+			uint32		woken = pgjq_wait_woken();
+			int64		token_in_us;
 
+			elog(DEBUG1, "pgjq: check %d of await", ++check);
 			values[0] = PointerGetDatum(ids);
 			pgjq_spi_run(&plan_await_ready, values, NULL, 1);
+			token_in_us = await_token_in_us;
 			if (DatumGetBool(pgjq_spi_get(0, 1, &isnull)))
+			{
+				/* the caller claims next: hand a wake-up on to claims only */
+				pgjq_wait_leaving_ready();
 				break;
+			}
+			/* the check looked at every queue: its wake-ups are used up */
+			if (woken)
+				pgjq_wait_used(woken);
 			now = GetCurrentTimestamp();
 			if (now >= deadline)
 				break;
@@ -357,7 +549,7 @@ pgjq_await(PG_FUNCTION_ARGS)
 #endif
 			}
 			InvalidateCatalogSnapshot();
-			pgjq_wait_sleep(deadline);
+			pgjq_wait_sleep(token_in_us > 0 ? Min(deadline, now + token_in_us) : deadline);
 		}
 	}
 	PG_FINALLY();

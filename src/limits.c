@@ -1260,3 +1260,55 @@ pgjq_limits_note_held_back(int32 queue_id)
 	if (shared && tracking())
 		note_held_back(queue_id);
 }
+
+/*
+ * True when the fair key of the queue has key_concurrency running jobs
+ * (await() passes over such keys: a completion there wakes waiters anyway).
+ */
+bool
+pgjq_limits_key_full(int32 queue_id, const char *fair_key, int32 key_concurrency)
+{
+	Counter    *c;
+	bool		full = false;
+
+	if (shared == NULL || key_concurrency <= 0)
+		return false;
+	pgjq_limits_rebuild_if_needed();
+	LWLockAcquire(shared->lock, LW_SHARED);
+	c = counter(queue_id, key_hash(fair_key), false);
+	if (c && c->running >= key_concurrency)
+		full = true;
+	LWLockRelease(shared->lock);
+	return full;
+}
+
+/*
+ * Microseconds until the queue's rate bucket holds a whole token; 0 when it
+ * holds one now (or the queue has no rate).  Reads the bucket without
+ * taking from it, for await().
+ */
+int64
+pgjq_limits_next_token_us(const PgjqQueue *queue)
+{
+	Counter    *q;
+	int64		wait_us = 0;
+
+	if (shared == NULL || queue->rate <= 0)
+		return 0;
+	LWLockAcquire(shared->lock, LW_SHARED);
+	q = counter(queue->queue_id, 0, false);
+	if (q && q->tokens >= 0 && q->refilled != 0)
+	{
+		/* as refill() does, without writing */
+		double		burst = queue->burst > 0 ? queue->burst : Max(1.0, ceil(queue->rate));
+		TimestampTz now = GetCurrentTimestamp();
+		double		tokens = q->tokens;
+
+		if (now > q->refilled)
+			tokens = Min(burst, tokens + queue->rate * (double) (now - q->refilled) / USECS_PER_SEC);
+		if (tokens < 1)
+			wait_us = (int64) ceil((1 - tokens) / queue->rate * USECS_PER_SEC);
+	}
+	LWLockRelease(shared->lock);
+	return wait_us;
+}

@@ -25,17 +25,23 @@ extern void pgjq_limits_init_quota(PgjqClaimQuota *quota, const PgjqQueue *queue
 extern bool pgjq_limits_quota_cut_short(PgjqClaimQuota *quota);
 extern void pgjq_limits_note_held_back(int32 queue_id);
 extern void pgjq_limits_queue_dropped(int32 queue_id);
+extern bool pgjq_limits_key_full(int32 queue_id, const char *fair_key, int32 key_concurrency);
+extern int64 pgjq_limits_next_token_us(const PgjqQueue *queue);
 
 /* wait.c */
 #define PGJQ_WAIT_MAX_QUEUES 32
 extern Size pgjq_wait_shmem_size(void);
 extern void pgjq_wait_shmem_init(bool found);
 extern void pgjq_wait_startup(void);
-extern void pgjq_wait_register(int nqueues, const int32 *queue_ids);
+extern void pgjq_wait_register(int nqueues, const int32 *queue_ids, bool await);
 extern void pgjq_wait_rearm(void);
 extern void pgjq_wait_sleep(TimestampTz until);
+extern uint32 pgjq_wait_woken(void);
+extern void pgjq_wait_used(uint32 queues);
+extern void pgjq_wait_leaving_ready(void);
 extern void pgjq_wait_unregister(void);
 extern void pgjq_wait_note_ready(int32 queue_id, int n);
+extern void pgjq_wait_note_claimed(int32 queue_id, int n);
 extern void pgjq_wait_wake(Oid dboid, int32 queue_id, int n);
 
 #endif							/* PGJQ_LIMITS_H */

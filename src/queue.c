@@ -142,6 +142,9 @@ pgjq_alter_queue(PG_FUNCTION_ARGS)
 				  s.backoff_max_us >= 0 ? s.backoff_max_us : queue.backoff_max_us);
 	pgjq_storage_queue_update(queue.queue_id, &s);
 	pgjq_storage_end();
+	/* a limit raised or removed lets waiting claims take ready jobs */
+	if (s.concurrency >= 0 || s.key_concurrency >= 0 || s.rate >= 0 || s.burst >= 0)
+		pgjq_wait_note_ready(queue.queue_id, PG_INT32_MAX);
 	PG_RETURN_VOID();
 }
 

@@ -5,17 +5,29 @@
  *	  their queues becomes claimable; producers wake them at commit.
  *
  * Shared state is one record per PGPROC slot: the queues the backend waits
- * for, whether it is waiting, and its arrival order.  A transaction that
- * makes n jobs of a queue claimable (enqueue, promote, retry_dead, resume,
- * or a finished job freeing capacity under a concurrency limit) notes it;
- * when it commits, the n longest-waiting backends of that queue are marked
- * woken and their latches set.  So the wake-up never precedes visibility,
- * rolled-back work wakes no one, and n jobs wake about n waiters, not all.
+ * for, whether it is waiting, its arrival order, and the queues whose
+ * wake-up it holds.  A transaction that makes n jobs of a queue claimable
+ * (enqueue, promote, retry_dead, resume, alter_queue raising or removing a
+ * limit, a finished job freeing capacity under a limit, a claim that locked
+ * more rows than it took) notes it; when it commits, the n longest-waiting
+ * backends of that queue are marked woken and their latches set.  A claim
+ * also notes the jobs it locks: if its transaction or subtransaction aborts,
+ * they are claimable again, and that many waiters are woken then.  So the
+ * wake-up never precedes visibility, rolled-back work wakes no one, and n
+ * jobs wake about n waiters, not all.  Commit wake-ups are sent after the
+ * transaction's catalog invalidations (a resource-release callback), so a
+ * woken claim sees a queue's new settings.
  *
  * A waiter registers before its first claim attempt, so a commit that its
  * attempt's snapshot missed still finds it registered and sets its latch.
  * A woken waiter claims again; if another claimer got there first it re-arms
- * and sleeps for the rest of its wait.  No NOTIFY, no polling.
+ * and sleeps for the rest of its wait.  A wake-up is used up only by an
+ * attempt that looked at that queue: a waiter that leaves holding one (it
+ * filled its batch from an earlier queue, was cancelled, its wait ended, or
+ * it is an await() caller, which takes no job itself) hands it on to the
+ * next waiter of that queue.  An await() caller that returns because a queue
+ * is ready hands it on only to a waiting claim, so that one job does not
+ * wake every await() caller in turn.  No NOTIFY, no polling.
  *
  * PREPARE TRANSACTION of a transaction with notes is refused (0A000): the
  * wake-ups would have to happen at a COMMIT PREPARED in another session.
@@ -37,6 +49,7 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -50,10 +63,14 @@ typedef struct Waiter
 {
 	Oid			dboid;
 	bool		waiting;
+	bool		await;			/* an await() caller: it takes no job */
 	int			nqueues;
+	uint32		woken;			/* wake-ups held: bit i for queue_ids[i] */
 	uint64		seq;
 	int32		queue_ids[PGJQ_WAIT_MAX_QUEUES];
 } Waiter;
+
+StaticAssertDecl(PGJQ_WAIT_MAX_QUEUES <= 32, "Waiter.woken has one bit per queue");
 
 typedef struct WaitShared
 {
@@ -67,18 +84,26 @@ typedef struct WaitShared
 static WaitShared *wshared = NULL;
 static bool registered = false;
 static bool exit_hook_set = false;
+static bool leaving_ready = false;	/* await() returns: a queue is ready */
 
-/* Queues this transaction made claimable, to wake at commit. */
+/*
+ * Queues this transaction made claimable, to wake at commit (at_abort
+ * false), and jobs its claims locked, to wake if the (sub)transaction at
+ * `level` aborts (at_abort true).
+ */
 typedef struct ReadyNote
 {
 	int32		queue_id;
-	int			n;
+	bool		at_abort;
+	int			level;			/* at_abort: subtransaction nesting level */
+	int64		n;
 } ReadyNote;
 
 static ReadyNote *notes = NULL;
 static int	nnotes = 0;
 static int	maxnotes = 0;
 static bool callback_registered = false;
+static bool committed = false;	/* commit notes wait for the invalidations */
 
 static PgjqBecameReadyHook prev_became_ready_hook = NULL;
 
@@ -147,11 +172,12 @@ on_exit_unregister(int code, Datum arg)
 }
 
 /*
- * Register this backend as waiting for any of the queues (of this database).
- * Caller must call pgjq_wait_unregister() on every exit path.
+ * Register this backend as waiting for any of the queues (of this database);
+ * `await`: for await(), which takes no job itself.  Caller must call
+ * pgjq_wait_unregister() on every exit path.
  */
 void
-pgjq_wait_register(int nqueues, const int32 *queue_ids)
+pgjq_wait_register(int nqueues, const int32 *queue_ids, bool await)
 {
 	Waiter	   *w;
 
@@ -171,6 +197,9 @@ pgjq_wait_register(int nqueues, const int32 *queue_ids)
 	memcpy(w->queue_ids, queue_ids, sizeof(int32) * nqueues);
 	w->seq = wshared->next_seq++;
 	w->waiting = true;
+	w->await = await;
+	w->woken = 0;
+	leaving_ready = false;
 	if (!registered)
 		pg_atomic_fetch_add_u32(&wshared->nwaiting, 1);
 	registered = true;
@@ -206,6 +235,87 @@ pgjq_wait_rearm(void)
 	LWLockRelease(wshared->lock);
 }
 
+/*
+ * Mark the longest-waiting backend of the queue (other than `self`, and only
+ * a waiting claim when claims_only) woken and set its latch.  Returns false
+ * when nobody waits for the queue.  Caller holds wait_lock exclusively.
+ */
+static bool
+wake_one(Oid dboid, int32 queue_id, bool claims_only, const Waiter *self)
+{
+	Waiter	   *best = NULL;
+	int			bestno = -1;
+	int			bestq = -1;
+
+	for (int i = 0; i < wshared->nslots; i++)
+	{
+		Waiter	   *w = &wshared->waiters[i];
+
+		if (!w->waiting || w->dboid != dboid || w == self || (claims_only && w->await))
+			continue;
+		for (int q = 0; q < w->nqueues; q++)
+			if (w->queue_ids[q] == queue_id)
+			{
+				if (best == NULL || w->seq < best->seq)
+				{
+					best = w;
+					bestno = i;
+					bestq = q;
+				}
+				break;
+			}
+	}
+	if (best == NULL)
+		return false;
+	best->waiting = false;
+	best->woken |= (uint32) 1 << bestq;
+	SetLatch(&GetPGProcByNumber(bestno)->procLatch);
+	return true;
+}
+
+/*
+ * The queues whose wake-up this waiter holds (bit i: queue i as registered).
+ * A claim reads it before an attempt and, after it, gives back with
+ * pgjq_wait_used() the bits of the queues that the attempt looked at.
+ */
+uint32
+pgjq_wait_woken(void)
+{
+	Waiter	   *w = my_waiter();
+	uint32		woken;
+
+	LWLockAcquire(wshared->lock, LW_SHARED);
+	woken = w->woken;
+	LWLockRelease(wshared->lock);
+	return woken;
+}
+
+/* The wake-ups of these queues are used up (see pgjq_wait_woken). */
+void
+pgjq_wait_used(uint32 queues)
+{
+	Waiter	   *w = my_waiter();
+
+	LWLockAcquire(wshared->lock, LW_EXCLUSIVE);
+	w->woken &= ~queues;
+	LWLockRelease(wshared->lock);
+}
+
+/*
+ * await() is about to return because a queue is ready: the caller will
+ * claim, so a wake-up it holds goes on only to a waiting claim.
+ */
+void
+pgjq_wait_leaving_ready(void)
+{
+	leaving_ready = true;
+}
+
+/*
+ * Stop waiting.  Wake-ups this backend holds and did not use are handed on,
+ * one each, to the next waiter of those queues: the jobs that caused them
+ * may still be there.
+ */
 void
 pgjq_wait_unregister(void)
 {
@@ -216,9 +326,14 @@ pgjq_wait_unregister(void)
 	w = my_waiter();
 	LWLockAcquire(wshared->lock, LW_EXCLUSIVE);
 	w->waiting = false;
+	for (int q = 0; q < w->nqueues; q++)
+		if (w->woken & ((uint32) 1 << q))
+			(void) wake_one(w->dboid, w->queue_ids[q], w->await && leaving_ready, w);
+	w->woken = 0;
 	w->nqueues = 0;
 	pg_atomic_fetch_sub_u32(&wshared->nwaiting, 1);
 	registered = false;
+	leaving_ready = false;
 	LWLockRelease(wshared->lock);
 }
 
@@ -232,34 +347,37 @@ pgjq_wait_wake(Oid dboid, int32 queue_id, int n)
 	if (wshared == NULL || n <= 0 || pg_atomic_read_u32(&wshared->nwaiting) == 0)
 		return;
 	LWLockAcquire(wshared->lock, LW_EXCLUSIVE);
-	while (n-- > 0)
-	{
-		Waiter	   *best = NULL;
-		int			bestno = -1;
-
-		for (int i = 0; i < wshared->nslots; i++)
-		{
-			Waiter	   *w = &wshared->waiters[i];
-
-			if (!w->waiting || w->dboid != dboid)
-				continue;
-			for (int q = 0; q < w->nqueues; q++)
-				if (w->queue_ids[q] == queue_id)
-				{
-					if (best == NULL || w->seq < best->seq)
-					{
-						best = w;
-						bestno = i;
-					}
-					break;
-				}
-		}
-		if (best == NULL)
-			break;
-		best->waiting = false;
-		SetLatch(&GetPGProcByNumber(bestno)->procLatch);
-	}
+	while (n-- > 0 && wake_one(dboid, queue_id, false, NULL))
+		;
 	LWLockRelease(wshared->lock);
+}
+
+/* Wake for this transaction's notes of one kind, and forget them. */
+static void
+wake_notes(bool at_abort, int level)
+{
+	int			kept = 0;
+
+	for (int i = 0; i < nnotes; i++)
+	{
+		if (notes[i].at_abort == at_abort && (!at_abort || notes[i].level >= level))
+			pgjq_wait_wake(MyDatabaseId, notes[i].queue_id, (int) Min(notes[i].n, PG_INT32_MAX));
+		else
+			notes[kept++] = notes[i];
+	}
+	nnotes = kept;
+}
+
+/* Forget this transaction's notes of one kind. */
+static void
+drop_notes(bool at_abort)
+{
+	int			kept = 0;
+
+	for (int i = 0; i < nnotes; i++)
+		if (notes[i].at_abort != at_abort)
+			notes[kept++] = notes[i];
+	nnotes = kept;
 }
 
 static void
@@ -269,22 +387,32 @@ wait_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			for (int i = 0; i < nnotes; i++)
-				pgjq_wait_wake(MyDatabaseId, notes[i].queue_id, notes[i].n);
-			nnotes = 0;
+			/* the claims stand; the rest waits for wait_resource_callback */
+			drop_notes(true);
+			committed = true;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
-			/* COMMIT PREPARED happens elsewhere: the wake-ups would be lost */
-			if (nnotes > 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that has made pgjq jobs ready"),
-						 errdetail("pgjq wakes waiting claims at commit, which two-phase commit does not support.")));
+			/*
+			 * COMMIT PREPARED happens elsewhere: the wake-ups would be lost.
+			 * A claim that took nothing leaves a note of zero: no matter.
+			 */
+			for (int i = 0; i < nnotes; i++)
+				if (notes[i].n > 0)
+					ereport(ERROR,
+							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+							 errmsg("cannot PREPARE a transaction that has made pgjq jobs ready"),
+							 errdetail("pgjq wakes waiting claims at commit, which two-phase commit does not support.")));
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+			/* the claimed jobs are ready again: their row locks are gone */
+			wake_notes(true, 0);
+			nnotes = 0;
+			committed = false;
+			break;
 		case XACT_EVENT_PREPARE:
 			nnotes = 0;
+			committed = false;
 			break;
 		default:
 			break;
@@ -292,26 +420,64 @@ wait_xact_callback(XactEvent event, void *arg)
 }
 
 /*
- * Note that n jobs of the queue become claimable when this transaction
- * commits (n = INT_MAX: wake every waiter).  Kept even if a subtransaction
- * aborts: a spurious wake-up only costs a claim attempt.
+ * The commit wake-ups, once the transaction's invalidation messages are
+ * sent (after the commit callbacks): a claim woken by resume() or
+ * alter_queue() must see the queue's new settings.
  */
-void
-pgjq_wait_note_ready(int32 queue_id, int n)
+static void
+wait_resource_callback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
 {
-	if (wshared == NULL || n <= 0)
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel || !committed)
+		return;
+	committed = false;
+	wake_notes(false, 0);
+	nnotes = 0;
+}
+
+static void
+wait_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					  SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_ABORT_SUB:
+			wake_notes(true, level);
+			break;
+		case SUBXACT_EVENT_COMMIT_SUB:
+			for (int i = 0; i < nnotes; i++)
+				if (notes[i].at_abort && notes[i].level >= level)
+					notes[i].level = level - 1;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+add_note(int32 queue_id, bool at_abort, int64 n)
+{
+	int			level = at_abort ? GetCurrentTransactionNestLevel() : 0;
+
+	if (wshared == NULL || n == 0)
 		return;
 	if (!callback_registered)
 	{
 		RegisterXactCallback(wait_xact_callback, NULL);
+		RegisterSubXactCallback(wait_subxact_callback, NULL);
+		RegisterResourceReleaseCallback(wait_resource_callback, NULL);
 		callback_registered = true;
 	}
 	for (int i = 0; i < nnotes; i++)
-		if (notes[i].queue_id == queue_id)
+		if (notes[i].queue_id == queue_id && notes[i].at_abort == at_abort &&
+			notes[i].level == level)
 		{
-			notes[i].n = (n > PG_INT32_MAX - notes[i].n) ? PG_INT32_MAX : notes[i].n + n;
+			notes[i].n = Min(notes[i].n + n, PG_INT32_MAX);
 			return;
 		}
+	if (n < 0)
+		return;
 	if (nnotes == maxnotes)
 	{
 		int			newmax = Max(8, maxnotes * 2);
@@ -321,6 +487,31 @@ pgjq_wait_note_ready(int32 queue_id, int n)
 		maxnotes = newmax;
 	}
 	notes[nnotes].queue_id = queue_id;
+	notes[nnotes].at_abort = at_abort;
+	notes[nnotes].level = level;
 	notes[nnotes].n = n;
 	nnotes++;
+}
+
+/*
+ * Note that n jobs of the queue become claimable when this transaction
+ * commits (n = PG_INT32_MAX: wake every waiter).  Kept even if a
+ * subtransaction aborts: a spurious wake-up only costs a claim attempt.
+ */
+void
+pgjq_wait_note_ready(int32 queue_id, int n)
+{
+	if (n > 0)
+		add_note(queue_id, false, n);
+}
+
+/*
+ * Note that a claim of the current subtransaction holds (n > 0) or no longer
+ * holds (n < 0) n more jobs of the queue locked: if the subtransaction or
+ * its transaction aborts, they are claimable again.
+ */
+void
+pgjq_wait_note_claimed(int32 queue_id, int n)
+{
+	add_note(queue_id, true, n);
 }
