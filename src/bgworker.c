@@ -29,6 +29,7 @@
  */
 #include "pgjq.h"
 #include "limits.h"
+#include "horizon.h"
 
 #include "access/xact.h"
 #include "commands/extension.h"
@@ -331,6 +332,7 @@ pgjq_worker_main(Datum main_arg)
 			run_step("pgjq: counters", rebuild_counters);
 			run_step("pgjq: rescue", pgjq_maintenance_rescue);
 			run_step("pgjq: promote", pgjq_maintenance_promote);
+			run_step("pgjq: horizon", pgjq_horizon_check);
 			if (now >= next_prune)
 			{
 				run_step("pgjq: prune", pgjq_maintenance_prune);
