@@ -148,6 +148,10 @@ $pin->quit;
 $offset = -s $node->logfile;
 $node->safe_psql('postgres',
 	"BEGIN; SELECT txid_current(); PREPARE TRANSACTION 'pgjq-forgotten'");
+# a poll: a snapshot taken just before the PREPARE (autovacuum's) is older
+$node->poll_query_until('postgres',
+	"SELECT horizon_holder = 'prepared transaction' FROM pgjq.health()")
+  or die 'health() never named the prepared transaction';
 $h = health();
 is($h->{holder}, 'prepared transaction', 'health(): the holder is a prepared transaction');
 is($h->{gid}, 'pgjq-forgotten', 'health(): its gid');
