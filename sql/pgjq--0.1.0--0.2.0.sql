@@ -62,6 +62,6 @@ CREATE FUNCTION pgjq.health(
 RETURNS record
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_health';
-COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and seconds (seconds NULL for a slot; 0 when nothing holds it)';
+COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it)';
 REVOKE ALL ON FUNCTION pgjq.health() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgjq.health() TO pgjq_admin;

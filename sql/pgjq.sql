@@ -482,7 +482,7 @@ CREATE FUNCTION pgjq.health(
 RETURNS record
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_health';
-COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and seconds (seconds NULL for a slot; 0 when nothing holds it)';
+COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it)';
 
 /* Internal: the shared-memory limit counters (empty without preload). */
 CREATE FUNCTION pgjq._limits(OUT queue_id integer, OUT running integer, OUT held_back bigint)

@@ -257,6 +257,8 @@ read_holder(Holder *h)
 	SPI_finish();
 }
 
+static bool watched_counted_by_us(void);
+
 /* The same holder: same kind, same who, same transaction id. */
 static bool
 same_holder(const Holder *a, const Holder *b)
@@ -268,16 +270,23 @@ same_holder(const Holder *a, const Holder *b)
 	return strcmp(a->name, b->name) == 0;
 }
 
-/* "2 h 5 min", "5 min 3 s", "12 s" */
+/*
+ * "2 h 5 min", "5 min 3 s", "12 s"; "at least ..." when counted from the
+ * worker's first sighting rather than the holder's own start.
+ */
 static void
-format_duration(int64 secs, char *buf, size_t size)
+format_duration(int64 secs, bool at_least, char *buf, size_t size)
 {
+	const char *prefix = at_least ? "at least " : "";
+
 	if (secs >= 3600)
-		snprintf(buf, size, INT64_FORMAT " h " INT64_FORMAT " min", secs / 3600, (secs % 3600) / 60);
+		snprintf(buf, size, "%s" INT64_FORMAT " h " INT64_FORMAT " min",
+				 prefix, secs / 3600, (secs % 3600) / 60);
 	else if (secs >= 60)
-		snprintf(buf, size, INT64_FORMAT " min " INT64_FORMAT " s", secs / 60, secs % 60);
+		snprintf(buf, size, "%s" INT64_FORMAT " min " INT64_FORMAT " s",
+				 prefix, secs / 60, secs % 60);
 	else
-		snprintf(buf, size, INT64_FORMAT " s", secs);
+		snprintf(buf, size, "%s" INT64_FORMAT " s", prefix, secs);
 }
 
 /* errdetail of a warning about a backend or a prepared transaction */
@@ -295,7 +304,7 @@ warn_held(const Holder *h, int64 held_secs)
 	char		dur[64];
 	const char *db = get_database_name(MyDatabaseId);
 
-	format_duration(held_secs, dur, sizeof(dur));
+	format_duration(held_secs, watched_counted_by_us(), dur, sizeof(dur));
 	switch (h->kind)
 	{
 		case HOLDER_BACKEND:
@@ -315,7 +324,7 @@ warn_held(const Holder *h, int64 held_secs)
 			break;
 		case HOLDER_SLOT:
 			ereport(WARNING,
-					(errmsg("pgjq: xmin horizon of database \"%s\" held for at least %s by replication slot \"%s\"",
+					(errmsg("pgjq: xmin horizon of database \"%s\" held for %s by replication slot \"%s\"",
 							db, dur, h->name),
 					 errdetail_plural("The horizon is " INT64_FORMAT " transaction old; vacuum cannot remove rows deleted since (only catalog rows when it is the slot's catalog_xmin).",
 									  "The horizon is " INT64_FORMAT " transactions old; vacuum cannot remove rows deleted since (only catalog rows when it is the slot's catalog_xmin).",
@@ -333,30 +342,42 @@ log_released(const Holder *h, int64 held_secs)
 	char		dur[64];
 	const char *db = get_database_name(MyDatabaseId);
 
-	format_duration(held_secs, dur, sizeof(dur));
+	format_duration(held_secs, watched_counted_by_us(), dur, sizeof(dur));
 	switch (h->kind)
 	{
 		case HOLDER_BACKEND:
 			ereport(LOG,
 					(errmsg("pgjq: xmin horizon of database \"%s\" no longer held by process %d",
 							db, h->pid),
-					 errdetail("It was held for about %s.", dur)));
+					 errdetail("It was held for %s.", dur)));
 			break;
 		case HOLDER_PREPARED:
 			ereport(LOG,
 					(errmsg("pgjq: xmin horizon of database \"%s\" no longer held by prepared transaction \"%s\"",
 							db, h->name),
-					 errdetail("It was held for about %s.", dur)));
+					 errdetail("It was held for %s.", dur)));
 			break;
 		case HOLDER_SLOT:
 			ereport(LOG,
 					(errmsg("pgjq: xmin horizon of database \"%s\" no longer held by replication slot \"%s\"",
 							db, h->name),
-					 errdetail("It was held for at least %s.", dur)));
+					 errdetail("It was held for %s.", dur)));
 			break;
 		case HOLDER_NONE:
 			break;
 	}
+}
+
+/*
+ * True when the watched holder's time is counted from the worker's first
+ * sighting: it has no start of its own (a slot, a walsender's feedback), or
+ * the worker saw the same holder before that start (a REPEATABLE READ
+ * snapshot between statements is older than the current statement).
+ */
+static bool
+watched_counted_by_us(void)
+{
+	return watched.held_since == 0 || watched_first_seen < watched.held_since;
 }
 
 /* How long the watched holder has held the horizon, in seconds, at now. */
