@@ -42,3 +42,26 @@ BEGIN
 	END LOOP;
 END
 $partitions$;
+
+/* New in 0.2.0: the vacuum horizon guard's report (pgjq_admin only). */
+CREATE FUNCTION pgjq.health(
+	OUT horizon_holder text,
+	OUT horizon_xid xid,
+	OUT horizon_age_xacts bigint,
+	OUT horizon_age_seconds double precision,
+	OUT horizon_held_since timestamptz,
+	OUT pid integer,
+	OUT backend_type text,
+	OUT usename text,
+	OUT application_name text,
+	OUT state text,
+	OUT xact_start timestamptz,
+	OUT query_start timestamptz,
+	OUT slot_name text,
+	OUT gid text)
+RETURNS record
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_health';
+COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it)';
+REVOKE ALL ON FUNCTION pgjq.health() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.health() TO pgjq_admin;

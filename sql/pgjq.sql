@@ -458,6 +458,32 @@ AS $$
 $$;
 COMMENT ON FUNCTION pgjq.job(bigint) IS 'a job''s current state, attempts, last error and times, wherever it lives';
 
+/*
+ * Who holds back the xmin horizon (the oldest transaction vacuum must keep
+ * rows for) and for how long: a session, a prepared transaction or a
+ * replication slot.  For pgjq_admin: as the extension owner it sees the
+ * state and times of every role's sessions (never their query text).
+ */
+CREATE FUNCTION pgjq.health(
+	OUT horizon_holder text,
+	OUT horizon_xid xid,
+	OUT horizon_age_xacts bigint,
+	OUT horizon_age_seconds double precision,
+	OUT horizon_held_since timestamptz,
+	OUT pid integer,
+	OUT backend_type text,
+	OUT usename text,
+	OUT application_name text,
+	OUT state text,
+	OUT xact_start timestamptz,
+	OUT query_start timestamptz,
+	OUT slot_name text,
+	OUT gid text)
+RETURNS record
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_health';
+COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it)';
+
 /* Internal: the shared-memory limit counters (empty without preload). */
 CREATE FUNCTION pgjq._limits(OUT queue_id integer, OUT running integer, OUT held_back bigint)
 RETURNS SETOF record

@@ -40,6 +40,7 @@
  */
 #include "pgjq.h"
 #include "limits.h"
+#include "horizon.h"
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
@@ -547,6 +548,8 @@ worker_pass(WorkerState *ws)
 			failed = true;
 		if (!run_chunks("pgjq: promote", pgjq_maintenance_promote_chunk, &progress, &more))
 			failed = true;
+		/* the horizon guard's failure is reported and delays no other work */
+		(void) run_step("pgjq: horizon", pgjq_horizon_check, &n);
 		/* from the last prune: a new pgjq.prune_interval applies at once */
 		next_prune = ws->last_prune + (int64) pgjq_prune_interval_ms * 1000;
 		if ((now >= next_prune || ws->prune_more) && !ShutdownRequestPending)

@@ -8,6 +8,8 @@
  *	  pgjq.prune_interval     how often the worker prunes history (sighup)
  *	  pgjq.max_payload_size   largest payload enqueue accepts (superuser)
  *	  pgjq.max_wait           longest wait of a waiting claim (superuser)
+ *	  pgjq.horizon_warn_after the worker warns when the xmin horizon is held
+ *	                          this long; 0 turns it off (sighup)
  *	  pgjq.max_tracked_keys   shared-memory entries for the limit counters
  *	                          (postmaster: sizes shared memory)
  *	  pgjq.max_databases      databases whose limits are tracked at once
@@ -27,6 +29,7 @@ int			pgjq_prune_interval_ms = 60000;
 int			pgjq_max_tracked_keys = 65536;
 int			pgjq_max_databases = 64;
 int			pgjq_max_wait_ms = 20000;
+int			pgjq_horizon_warn_after_s = 300;
 
 void
 pgjq_guc_init(void)
@@ -74,6 +77,15 @@ pgjq_guc_init(void)
 							20000, 0, 3600 * 1000,
 							PGC_SUSET,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pgjq.horizon_warn_after",
+							"The pgjq worker warns when the xmin horizon has been held this long.",
+							"One WARNING names the holder (session, prepared transaction or replication slot), one LOG line its release; 0 turns the warning off.",
+							&pgjq_horizon_warn_after_s,
+							300, 0, 30 * 24 * 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
 	/* sizes shared memory: only when preloaded, as PGC_POSTMASTER demands */

@@ -26,6 +26,7 @@ extern int	pgjq_prune_interval_ms;
 extern int	pgjq_max_tracked_keys;
 extern int	pgjq_max_databases;
 extern int	pgjq_max_wait_ms;
+extern int	pgjq_horizon_warn_after_s;
 extern void pgjq_guc_init(void);
 
 /* shmem.c */

@@ -54,7 +54,8 @@ SELECT set_eq(
 		('rescue() -> bigint'),
 		('prune() -> bigint'),
 		('maintain(OUT promoted bigint, OUT rescued bigint, OUT pruned bigint) -> record'),
-		('job(id bigint) -> SETOF pgjq.job_info')$$,
+		('job(id bigint) -> SETOF pgjq.job_info'),
+		('health(OUT horizon_holder text, OUT horizon_xid xid, OUT horizon_age_xacts bigint, OUT horizon_age_seconds double precision, OUT horizon_held_since timestamp with time zone, OUT pid integer, OUT backend_type text, OUT usename text, OUT application_name text, OUT state text, OUT xact_start timestamp with time zone, OUT query_start timestamp with time zone, OUT slot_name text, OUT gid text) -> record')$$,
 	'the public functions have the documented names, argument names, types and results');
 
 -- Named arguments are part of the contract: one call per function with every
