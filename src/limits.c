@@ -1148,7 +1148,7 @@ xact_callback(XactEvent event, void *arg)
 			if (has_pending_changes())
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that has claimed or finished pgjq jobs"),
+						 errmsg("cannot PREPARE a transaction that has enqueued, claimed or finished pgjq jobs"),
 						 errdetail("pgjq's limit counters do not support two-phase commit.")));
 			break;
 		case XACT_EVENT_PREPARE:

@@ -172,7 +172,7 @@ xact_callback(XactEvent event, void *arg)
 			if (pending_due != DT_NOEND)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that has scheduled pgjq jobs"),
+						 errmsg("cannot PREPARE a transaction that has enqueued, claimed or finished pgjq jobs"),
 						 errdetail("pgjq wakes its worker at commit, which two-phase commit does not support.")));
 			break;
 		case XACT_EVENT_ABORT:

@@ -400,7 +400,7 @@ wait_xact_callback(XactEvent event, void *arg)
 				if (notes[i].n > 0)
 					ereport(ERROR,
 							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-							 errmsg("cannot PREPARE a transaction that has made pgjq jobs ready"),
+							 errmsg("cannot PREPARE a transaction that has enqueued, claimed or finished pgjq jobs"),
 							 errdetail("pgjq wakes waiting claims at commit, which two-phase commit does not support.")));
 			break;
 		case XACT_EVENT_ABORT:
