@@ -392,6 +392,7 @@ wait_xact_callback(XactEvent event, void *arg)
 			committed = true;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
+
 			/*
 			 * COMMIT PREPARED happens elsewhere: the wake-ups would be lost.
 			 * A claim that took nothing leaves a note of zero: no matter.
