@@ -65,3 +65,20 @@ AS 'MODULE_PATHNAME', 'pgjq_health';
 COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it)';
 REVOKE ALL ON FUNCTION pgjq.health() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgjq.health() TO pgjq_admin;
+
+/* New in 0.2.0: a worker's cycle in one statement (pgjq_worker). */
+CREATE FUNCTION pgjq.complete_and_claim(
+	queue text,
+	ids bigint[],
+	tokens bigint[],
+	batch integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	worker text DEFAULT NULL,
+	errors text[] DEFAULT NULL)
+RETURNS SETOF pgjq.claimed
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 10
+AS 'MODULE_PATHNAME', 'pgjq_complete_and_claim';
+COMMENT ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]) IS 'a worker''s cycle in one statement: complete (or, where errors[i] is not NULL, fail) the jobs it holds, then claim the next batch; stale tokens change nothing and are not reported';
+REVOKE ALL ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]) TO pgjq_worker, pgjq_admin;

@@ -313,6 +313,20 @@ ROWS 10
 AS 'MODULE_PATHNAME', 'pgjq_claim_many';
 COMMENT ON FUNCTION pgjq.claim(text[], integer, interval, text, interval) IS 'claim from several queues in the array''s order; a wait wakes on any of them';
 
+CREATE FUNCTION pgjq.complete_and_claim(
+	queue text,
+	ids bigint[],
+	tokens bigint[],
+	batch integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	worker text DEFAULT NULL,
+	errors text[] DEFAULT NULL)
+RETURNS SETOF pgjq.claimed
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 10
+AS 'MODULE_PATHNAME', 'pgjq_complete_and_claim';
+COMMENT ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]) IS 'a worker''s cycle in one statement: complete (or, where errors[i] is not NULL, fail) the jobs it holds, then claim the next batch; stale tokens change nothing and are not reported';
+
 /*
  * await() is SECURITY INVOKER without SET: PostgreSQL allows transaction
  * control (which it needs to sleep without a snapshot) only then.  It touches
@@ -547,6 +561,7 @@ GRANT EXECUTE ON FUNCTION
 	pgjq.claim(text[], integer, interval, text, interval),
 	pgjq.complete(bigint, bigint),
 	pgjq.complete(bigint[], bigint[]),
+	pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]),
 	pgjq.fail(bigint, bigint, text, interval),
 	pgjq.heartbeat(bigint, bigint, interval),
 	pgjq.snooze(bigint, bigint, interval),

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * claim.c
- *	  SQL API: claim(queue | queues[], batch, lease, worker, wait) and the
- *	  procedure await(queues[], wait).
+ *	  SQL API: claim(queue | queues[], batch, lease, worker, wait), the fused
+ *	  complete_and_claim(queue, ids, tokens, batch, lease, worker, errors)
+ *	  and the procedure await(queues[], wait).
  *
  * Leases up to `batch` ready jobs in fair order (storage_claim.c), from the
  * queues in the order given, within each queue's limits (limits.c), and
@@ -226,6 +227,37 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 	return n;
 }
 
+/* The claimed jobs as pgjq.claimed rows of the materialized result. */
+static void
+put_claimed(ReturnSetInfo *rsinfo, const PgjqClaimedJob *jobs, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[8];
+		bool		nulls[8] = {0};
+
+		values[0] = Int64GetDatum(jobs[i].id);
+		values[1] = Int64GetDatum(jobs[i].token);
+		values[2] = Int32GetDatum(jobs[i].attempt);
+		values[3] = jobs[i].payload;
+		values[4] = jobs[i].fair_key;
+		nulls[4] = jobs[i].fair_key == (Datum) 0;
+		values[5] = Int16GetDatum(jobs[i].priority);
+		values[6] = TimestampTzGetDatum(jobs[i].enqueued_at);
+		values[7] = TimestampTzGetDatum(jobs[i].lease_until);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+}
+
+static void
+check_batch(int32 batch)
+{
+	if (batch < 1 || batch > PGJQ_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and %d", PGJQ_MAX_BATCH)));
+}
+
 static Datum
 claim_common(FunctionCallInfo fcinfo, bool many)
 {
@@ -244,10 +276,7 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 	TimestampTz deadline = 0;
 	int64		retry_in_us = 0;
 
-	if (batch < 1 || batch > PGJQ_MAX_BATCH)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch must be between 1 and %d", PGJQ_MAX_BATCH)));
+	check_batch(batch);
 	if (wait_us > 0)
 	{
 		pgjq_limits_require_shmem("claim with wait");
@@ -299,22 +328,7 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 		PG_END_TRY();
 	}
 
-	for (int i = 0; i < n; i++)
-	{
-		Datum		values[8];
-		bool		nulls[8] = {0};
-
-		values[0] = Int64GetDatum(jobs[i].id);
-		values[1] = Int64GetDatum(jobs[i].token);
-		values[2] = Int32GetDatum(jobs[i].attempt);
-		values[3] = jobs[i].payload;
-		values[4] = jobs[i].fair_key;
-		nulls[4] = jobs[i].fair_key == (Datum) 0;
-		values[5] = Int16GetDatum(jobs[i].priority);
-		values[6] = TimestampTzGetDatum(jobs[i].enqueued_at);
-		values[7] = TimestampTzGetDatum(jobs[i].lease_until);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
+	put_claimed(rsinfo, jobs, n);
 	return (Datum) 0;
 }
 
@@ -328,6 +342,106 @@ Datum
 pgjq_claim_many(PG_FUNCTION_ARGS)
 {
 	return claim_common(fcinfo, true);
+}
+
+/*
+ * The elements of an outcome array of complete_and_claim (ids, tokens:
+ * int8 without nulls; errors: text, nulls allowed).  A NULL array is empty
+ * (a worker's first cycle has nothing to report).
+ */
+static int
+cycle_array(FunctionCallInfo fcinfo, int argno, const char *argname, Oid type,
+			Datum **values, bool **nulls)
+{
+	ArrayType  *arr = pgjq_arg_array(fcinfo, argno, argname, type, false);
+	int			n;
+
+	*values = NULL;
+	*nulls = NULL;
+	if (arr == NULL)
+		return 0;
+	if (pgjq_array_length(arr) > PGJQ_MAX_ENQUEUE_MANY)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("%s has too many elements", argname),
+				 errdetail("complete_and_claim takes at most %d outcomes per call.",
+						   PGJQ_MAX_ENQUEUE_MANY)));
+	if (type == INT8OID)
+		deconstruct_array(arr, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, values, nulls, &n);
+	else
+		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, values, nulls, &n);
+	if (type == INT8OID)
+		for (int i = 0; i < n; i++)
+			if ((*nulls)[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("%s must not contain nulls", argname)));
+	return n;
+}
+
+PG_FUNCTION_INFO_V1(pgjq_complete_and_claim);
+
+/*
+ * complete_and_claim(queue, ids, tokens, batch, lease, worker, errors): a
+ * worker's whole cycle in one statement, so one transaction (and one commit)
+ * per cycle.  Each (ids[i], tokens[i]) is completed, or failed with
+ * errors[i] when errors is given and that element is not NULL; then up to
+ * batch jobs are claimed from queue, exactly as claim(queue, batch, lease,
+ * worker) would, except that the claim may use the room under the queue's
+ * limits that those outcomes free (limits.c, own_ends).  Stale pairs change
+ * nothing and are not reported (complete() and fail() say which are stale);
+ * a job whose cancellation was requested ends as cancelled.  No wait: a
+ * waiting claim would hold the outcomes uncommitted while it sleeps.
+ */
+Datum
+pgjq_complete_and_claim(PG_FUNCTION_ARGS)
+{
+	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
+	int32		batch = PG_ARGISNULL(3) ? 1 : PG_GETARG_INT32(3);
+	int64		lease_us = pgjq_arg_interval(fcinfo, 4, "lease", 0, false, 7 * USECS_PER_DAY, -1);
+	char	   *worker = pgjq_arg_text(fcinfo, 5, "worker", PGJQ_MAX_WORKER);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum	   *idv,
+			   *tokv,
+			   *errv;
+	bool	   *idnulls,
+			   *toknulls,
+			   *errnulls;
+	int			nids = cycle_array(fcinfo, 1, "ids", INT8OID, &idv, &idnulls);
+	int			ntok = cycle_array(fcinfo, 2, "tokens", INT8OID, &tokv, &toknulls);
+	int			nerr = cycle_array(fcinfo, 6, "errors", TEXTOID, &errv, &errnulls);
+	PgjqClaimedJob *jobs;
+	PgjqQueue	queue;
+	int32		queue_id;
+	uint32		examined;
+	int64		retry_in_us = 0;
+	int			n;
+
+	check_batch(batch);
+	if (nids != ntok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ids and tokens must have the same number of elements"),
+				 errdetail("ids has %d elements, tokens has %d.", nids, ntok)));
+	if (!PG_ARGISNULL(6) && nerr != nids)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("errors must have as many elements as ids"),
+				 errdetail("ids has %d elements, errors has %d.", nids, nerr)));
+	pgjq_srf_materialize(fcinfo);
+
+	if (nids > 0)
+	{
+		pgjq_storage_begin();
+		(void) pgjq_outcome_cycle(nids, idv, tokv, PG_ARGISNULL(6) ? NULL : errv, errnulls,
+								  GetCurrentTimestamp());
+		pgjq_storage_end();
+	}
+	jobs = palloc(sizeof(PgjqClaimedJob) * batch);
+	n = claim_once(&name, 1, batch, lease_us, worker, &queue, jobs, &queue_id,
+				   &examined, &retry_in_us);
+	put_claimed(rsinfo, jobs, n);
+	return (Datum) 0;
 }
 
 /* Queues of $1 that are not paused and have a ready job, with their limits. */

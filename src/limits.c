@@ -18,7 +18,10 @@
  * claimers see it) and gives it back if its (sub)transaction aborts; a job
  * that stops running (complete, fail, snooze, rescue, cancel, drop) lowers
  * the counters only when its transaction commits.  So the counters never
- * undercount the running jobs, and a claim never exceeds a limit.
+ * undercount the running jobs, and a claim never exceeds a limit.  A claim
+ * may use the room of jobs its own transaction has ended (own_ends()): both
+ * commit or abort together, which is what a worker's fused cycle
+ * (complete_and_claim) needs at a concurrency limit.
  *
  * Rebuild: shared memory starts empty, so the first pgjq call in a database
  * counts the running jobs from pgjq.job, before any statement of its own
@@ -661,6 +664,29 @@ shrink_reservation(int32 queue_id, uint64 keyhash, int32 n)
 		}
 }
 
+/*
+ * How many running jobs of (queue, key) this transaction has already ended
+ * (their counts drop at its commit).  A claim later in the same transaction
+ * may use that room: its reservation and those ends commit or abort
+ * together (a pending end sits at this subtransaction level or an outer
+ * one, so it cannot be rolled back while the claim stays), and the room it
+ * used is no longer pending room once the claim counts (running includes
+ * the claim's own reservation), so nothing is used twice.  This is what
+ * lets complete_and_claim (or complete then claim in one transaction) take
+ * the next batch at a concurrency limit.  Caller holds the lock.
+ */
+static int32
+own_ends(int32 queue_id, uint64 keyhash)
+{
+	int32		n = 0;
+
+	for (int i = 0; i < npending; i++)
+		if (pending[i].kind == OP_COUNT && pending[i].queue_id == queue_id &&
+			pending[i].keyhash == keyhash && pending[i].delta < 0)
+			n -= pending[i].delta;
+	return n;
+}
+
 /* Refill the queue's token bucket to now; caller holds the lock. */
 static void
 refill(Counter *q, const PgjqQueue *queue, TimestampTz now)
@@ -702,7 +728,8 @@ pgjq_limits_reserve_queue(const PgjqQueue *queue, int want, int64 *token_in_us)
 	q = counter_or_error(queue->queue_id, 0, true);
 	q->limited = queue->concurrency > 0 || queue->key_concurrency > 0;
 	if (queue->concurrency > 0)
-		granted = Min(granted, Max(0, queue->concurrency - q->running));
+		granted = Min(granted, Max(0, queue->concurrency -
+								   (q->running - own_ends(queue->queue_id, 0))));
 	if (queue->rate > 0)
 	{
 		refill(q, queue, GetCurrentTimestamp());
@@ -780,7 +807,8 @@ quota_reserve(PgjqClaimQuota *quota, const char *fair_key, int want)
 	pending_room(1);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	c = counter_or_error(quota->queue->queue_id, key_hash(fair_key), true);
-	granted = Min(want, Max(0, quota->queue->key_concurrency - c->running));
+	granted = Min(want, Max(0, quota->queue->key_concurrency -
+							(c->running - own_ends(quota->queue->queue_id, key_hash(fair_key)))));
 	if (granted == 0)
 		st->cut_short = true;	/* a key with ready jobs skipped */
 	c->running += granted;

@@ -9,7 +9,8 @@
  * claim) is stale: the call changes nothing and answers false / 'stale' /
  * NULL rather than raising an error.  A running job whose cancellation was
  * requested ends as cancelled on its next outcome call, which answers as if
- * stale, telling the worker to stop.
+ * stale, telling the worker to stop.  pgjq_outcome_cycle() applies the
+ * outcomes of complete_and_claim (claim.c) the same way.
  *
  *-------------------------------------------------------------------------
  */
@@ -117,20 +118,67 @@ pgjq_complete_many(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(n);
 }
 
-/* The error text of fail(), clipped to PGJQ_MAX_ERROR bytes on a character boundary. */
+/* An error text clipped to PGJQ_MAX_ERROR bytes on a character boundary. */
 static char *
-error_arg(FunctionCallInfo fcinfo, int argno)
+clip_error(text *t)
 {
-	char	   *s;
-	int			len;
+	char	   *s = text_to_cstring(t);
+	int			len = strlen(s);
 
-	if (PG_ARGISNULL(argno))
-		return NULL;
-	s = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	len = strlen(s);
 	if (len > PGJQ_MAX_ERROR)
 		s[pg_mbcliplen(s, len, PGJQ_MAX_ERROR)] = '\0';
 	return s;
+}
+
+/* The error text of fail(). */
+static char *
+error_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	return clip_error(PG_GETARG_TEXT_PP(argno));
+}
+
+/*
+ * The outcomes of a worker's cycle (complete_and_claim): each (ids[i],
+ * tokens[i]) is completed, or failed with errors[i] when errors is given and
+ * that element is not NULL (a retry after the queue's backoff, or dead when
+ * its attempts are spent).  Stale pairs change nothing.  The arrays were
+ * checked by the caller (same length, no nulls in ids and tokens).  Returns
+ * how many jobs it completed or failed.  Caller is between
+ * pgjq_storage_begin() and pgjq_storage_end().
+ */
+int64
+pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors, bool *error_nulls,
+				   TimestampTz now)
+{
+	Datum	   *cids = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *ctoks = palloc(sizeof(Datum) * Max(n, 1));
+	int			ncomplete = 0;
+	int64		done = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		PgjqRunningJob job;
+
+		if (errors == NULL || error_nulls[i])
+		{
+			cids[ncomplete] = ids[i];
+			ctoks[ncomplete] = tokens[i];
+			ncomplete++;
+			continue;
+		}
+		if (pgjq_storage_lock_running(DatumGetInt64(ids[i]), DatumGetInt64(tokens[i]), &job))
+		{
+			/* a cancelled job ends as cancelled, and counts as stale, as in fail() */
+			if (pgjq_outcome_failed(&job, clip_error(DatumGetTextPP(errors[i])), -1, now) !=
+				PGJQ_FINISHED_CANCELLED)
+				done++;
+		}
+	}
+	if (ncomplete > 0)
+		done += pgjq_storage_complete(ncomplete, cids, ctoks, now);
+	return done;
 }
 
 Datum

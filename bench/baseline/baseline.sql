@@ -349,6 +349,31 @@ BEGIN
 END
 $$;
 
+/*
+ * A worker's cycle in one transaction (scenario D3): the DELETE of what it
+ * holds, then its next claim.  Only completions: the D3 shape.
+ */
+CREATE FUNCTION pgjq.complete_and_claim(
+	queue text,
+	ids bigint[],
+	tokens bigint[],
+	batch integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	worker text DEFAULT NULL,
+	errors text[] DEFAULT NULL)
+RETURNS SETOF pgjq.claimed
+LANGUAGE plpgsql
+ROWS 10
+AS $$
+BEGIN
+	IF errors IS NOT NULL THEN
+		RAISE EXCEPTION 'the baseline completes only' USING ERRCODE = 'feature_not_supported';
+	END IF;
+	PERFORM pgjq.complete(coalesce(ids, '{}'), coalesce(tokens, '{}'));
+	RETURN QUERY SELECT * FROM pgjq.claim(queue, batch, lease, worker);
+END
+$$;
+
 CREATE FUNCTION pgjq.fail(id bigint, token bigint, error text DEFAULT NULL,
 						  retry_in interval DEFAULT NULL)
 RETURNS text

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-ORDER = ["E1", "E2", "E3", "D1B1", "D1B10", "D2", "H1", "L1", "L1W", "F1", "FL1", "M1",
+ORDER = ["E1", "E2", "E3", "D1B1", "D1B10", "D2", "D3", "H1", "L1", "L1W", "F1", "FL1", "M1",
          "W1", "W2", "B1S", "B1L", "B2N", "B2R"]
 
 # B1 and B2: claim throughput in a large case over a small one (O(batch))
@@ -50,6 +50,8 @@ TITLE = {
     "D1B1": "drain pre-seeded jobs, 20 clients, claim(1) then complete",
     "D1B10": "drain pre-seeded jobs, 20 clients, claim(10) then complete",
     "D2": "sustained claim(10) + complete over a backlog, 8 clients",
+    "D3": "D2 as one transaction per cycle: complete_and_claim(10) completes the "
+          "batch held and claims the next, 8 clients",
     "H1": "D2 while a REPEATABLE READ xid pins the horizon",
     "L1": "pickup latency at ~200 jobs/s offered",
     "L1W": "L1 with claim(..., wait => '1 s') instead of polling; pgjq only, "
