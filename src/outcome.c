@@ -170,7 +170,10 @@ pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors, bool *error_
 		}
 		if (pgjq_storage_lock_running(DatumGetInt64(ids[i]), DatumGetInt64(tokens[i]), &job))
 		{
-			/* a cancelled job ends as cancelled, and counts as stale, as in fail() */
+			/*
+			 * a cancelled job ends as cancelled, and counts as stale, as in
+			 * fail()
+			 */
 			if (pgjq_outcome_failed(&job, clip_error(DatumGetTextPP(errors[i])), -1, now) !=
 				PGJQ_FINISHED_CANCELLED)
 				done++;

@@ -174,6 +174,7 @@ extern int64 pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz
 /* outcome.c: a failed attempt of a locked running job (fail and rescue) */
 extern char pgjq_outcome_failed(const PgjqRunningJob *job, const char *error,
 								int64 retry_in_us, TimestampTz now);
+
 /* outcome.c: the outcomes of a worker's cycle (complete_and_claim) */
 extern int64 pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors,
 								bool *error_nulls, TimestampTz now);
