@@ -98,6 +98,16 @@ AS $$
 	 WHERE n.nspname = 'pgjq' AND c.relkind = 'r'
 $$;
 
+/* S1: the part of footprint() that is finished-job history (pgjq only) */
+CREATE FUNCTION bench.footprint_history()
+RETURNS bigint
+LANGUAGE sql
+AS $$
+	SELECT coalesce(sum(pg_catalog.pg_total_relation_size(c.oid)), 0)::bigint
+	  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	 WHERE n.nspname = 'pgjq' AND c.relkind = 'r' AND c.relname ~ '^job_(done|history)'
+$$;
+
 /*
  * W1/W2: the (id, token) of the jobs claimed in the claim phase, kept for
  * the completion phase.  UNLOGGED, so keeping them adds no WAL: each phase's

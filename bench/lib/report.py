@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 ORDER = ["E1", "E2", "E3", "D1B1", "D1B10", "D2", "D3", "H1", "L1", "L1W", "F1", "FL1", "M1",
-         "W1", "W2", "B1S", "B1L", "B2N", "B2R"]
+         "W1", "W2", "B1S", "B1L", "B2N", "B2R", "F2", "S1"]
 
 # B1 and B2: claim throughput in a large case over a small one (O(batch))
 SCALING = [("B1", "B1L", "B1S", "claim jobs/s with the large backlog / with the small one"),
@@ -68,6 +68,10 @@ TITLE = {
     "B1L": "the same window over a large backlog",
     "B2N": "claim(10) + complete, 8 clients, nothing running (B2's reference)",
     "B2R": "the same window with many jobs of the queue running under 1-hour leases",
+    "F2": "F1 behind a large frontier: many jobs delayed, coming due at 1,000/s, 4 workers",
+    "S1": "space: millions of jobs through in rounds (enqueue, drain by 8 clients) while one "
+          "job is heartbeated and one delayed 30 days; the system's relation size after the "
+          "first rounds and at the end",
 }
 
 # metrics kept per window; "better" says which direction wins
