@@ -82,3 +82,16 @@ AS 'MODULE_PATHNAME', 'pgjq_complete_and_claim';
 COMMENT ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]) IS 'a worker''s cycle in one statement: complete (or, where errors[i] is not NULL, fail) the jobs it holds, then claim the next batch; stale tokens change nothing and are not reported';
 REVOKE ALL ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]) TO pgjq_worker, pgjq_admin;
+
+/* New in 0.2.0: the consistency check (pgjq_admin only). */
+CREATE FUNCTION pgjq.verify(
+	OUT area text,
+	OUT object text,
+	OUT expected text,
+	OUT found text)
+RETURNS SETOF record
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_verify';
+COMMENT ON FUNCTION pgjq.verify() IS 'cross-check shared memory against the tables and the tables against each other; one row per disagreement, none when healthy (reads every unfinished job and the whole history)';
+REVOKE ALL ON FUNCTION pgjq.verify() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.verify() TO pgjq_admin;

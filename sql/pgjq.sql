@@ -499,6 +499,16 @@ AS 'MODULE_PATHNAME', 'pgjq_health';
 COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it)';
 
 /* Internal: the shared-memory limit counters (empty without preload). */
+CREATE FUNCTION pgjq.verify(
+	OUT area text,
+	OUT object text,
+	OUT expected text,
+	OUT found text)
+RETURNS SETOF record
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_verify';
+COMMENT ON FUNCTION pgjq.verify() IS 'cross-check shared memory against the tables and the tables against each other; one row per disagreement, none when healthy (reads every unfinished job and the whole history)';
+
 CREATE FUNCTION pgjq._limits(OUT queue_id integer, OUT running integer, OUT held_back bigint)
 RETURNS SETOF record
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp

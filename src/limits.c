@@ -1340,3 +1340,145 @@ pgjq_limits_next_token_us(const PgjqQueue *queue)
 	LWLockRelease(shared->lock);
 	return wait_us;
 }
+
+/*
+ * verify(): compare this database's counters with the running jobs in
+ * pgjq.job, read in the caller's SPI connection with a new snapshot.  Each
+ * difference goes into *diffs (palloc'd); returns how many.  A queue whose
+ * untracked changes are open is skipped (its key entries are not exact by
+ * design until they end).  Nothing is compared before the database is
+ * counted (the first pgjq call counts it) or without the preload.  Open
+ * transactions that claimed or finished jobs show as differences until they
+ * end: verify() reads again before it reports one.
+ */
+int
+pgjq_limits_verify(PgjqLimitsDiff **diffs)
+{
+	typedef struct Entry
+	{
+		int32		queue_id;
+		uint64		keyhash;
+		int32		running;
+		bool		keys_valid;
+		bool		skip;
+		int32		expected;
+	} Entry;
+	Entry	   *entries;
+	int			nentries = 0;
+	int			maxentries;
+	int			n;
+	int			ndiffs = 0;
+	HASH_SEQ_STATUS scan;
+	Counter    *c;
+
+	*diffs = NULL;
+	if (shared == NULL || !ensure_counted())
+		return 0;
+	pgjq_spi_run(&plan_count_running, NULL, NULL, 0);
+	n = (int) SPI_processed;
+
+	LWLockAcquire(shared->lock, LW_SHARED);
+	maxentries = hash_get_num_entries(counters) + 1;
+	entries = palloc(sizeof(Entry) * maxentries);
+	hash_seq_init(&scan, counters);
+	while ((c = hash_seq_search(&scan)) != NULL)
+	{
+		if (c->key.dboid != MyDatabaseId)
+			continue;
+		entries[nentries].queue_id = c->key.queue_id;
+		entries[nentries].keyhash = c->key.keyhash;
+		entries[nentries].running = c->running;
+		entries[nentries].keys_valid = c->keys_valid;
+		entries[nentries].skip = c->untracked > 0;
+		entries[nentries].expected = 0;
+		nentries++;
+	}
+	LWLockRelease(shared->lock);
+
+	/* n rows of (queue, key) plus the entries: room for every difference */
+	*diffs = palloc(sizeof(PgjqLimitsDiff) * (n + nentries + 1));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+		int32		qid = DatumGetInt32(pgjq_spi_get(i, 1, &isnull));
+		char	   *key = TextDatumGetCString(pgjq_spi_get(i, 2, &isnull));
+		int32		count = DatumGetInt32(pgjq_spi_get(i, 3, &isnull));
+		Entry	   *q = NULL;
+		Entry	   *k = NULL;
+
+		for (int e = 0; e < nentries; e++)
+		{
+			if (entries[e].queue_id != qid)
+				continue;
+			if (entries[e].keyhash == 0)
+				q = &entries[e];
+			else if (entries[e].keyhash == key_hash(key))
+				k = &entries[e];
+		}
+		if (q == NULL)
+		{
+			/* running jobs of a queue the counters do not know */
+			(*diffs)[ndiffs].queue_id = qid;
+			(*diffs)[ndiffs].fair_key = NULL;
+			(*diffs)[ndiffs].expected = count;
+			(*diffs)[ndiffs].found = 0;
+			ndiffs++;
+			continue;
+		}
+		q->expected += count;
+		if (!q->keys_valid || q->skip)
+			continue;
+		if (k == NULL)
+		{
+			(*diffs)[ndiffs].queue_id = qid;
+			(*diffs)[ndiffs].fair_key = key;
+			(*diffs)[ndiffs].expected = count;
+			(*diffs)[ndiffs].found = 0;
+			ndiffs++;
+		}
+		else
+		{
+			k->expected = count;
+			if (k->running != count)
+			{
+				(*diffs)[ndiffs].queue_id = qid;
+				(*diffs)[ndiffs].fair_key = key;
+				(*diffs)[ndiffs].expected = count;
+				(*diffs)[ndiffs].found = k->running;
+				ndiffs++;
+			}
+			k->skip = true;		/* compared */
+		}
+	}
+	for (int e = 0; e < nentries; e++)
+	{
+		Entry	   *en = &entries[e];
+		bool		queue_skipped = false;
+
+		if (en->keyhash != 0)
+		{
+			/* a key entry no running job of the table matched */
+			for (int f = 0; f < nentries; f++)
+				if (entries[f].queue_id == en->queue_id && entries[f].keyhash == 0 &&
+					(entries[f].skip || !entries[f].keys_valid))
+					queue_skipped = true;
+			if (en->skip || queue_skipped || en->running == 0)
+				continue;
+			(*diffs)[ndiffs].queue_id = en->queue_id;
+			(*diffs)[ndiffs].fair_key = psprintf("(key hash %016llx)", (unsigned long long) en->keyhash);
+			(*diffs)[ndiffs].expected = 0;
+			(*diffs)[ndiffs].found = en->running;
+			ndiffs++;
+			continue;
+		}
+		if (en->running != en->expected)
+		{
+			(*diffs)[ndiffs].queue_id = en->queue_id;
+			(*diffs)[ndiffs].fair_key = NULL;
+			(*diffs)[ndiffs].expected = en->expected;
+			(*diffs)[ndiffs].found = en->running;
+			ndiffs++;
+		}
+	}
+	return ndiffs;
+}

@@ -28,6 +28,16 @@ extern void pgjq_limits_queue_dropped(int32 queue_id);
 extern bool pgjq_limits_key_full(int32 queue_id, const char *fair_key, int32 key_concurrency);
 extern int64 pgjq_limits_next_token_us(const PgjqQueue *queue);
 
+/* A counter that disagrees with pgjq.job (verify.c) */
+typedef struct PgjqLimitsDiff
+{
+	int32		queue_id;
+	char	   *fair_key;		/* NULL: the queue's own count */
+	int32		expected;		/* running jobs in the table */
+	int32		found;			/* the counter */
+} PgjqLimitsDiff;
+extern int	pgjq_limits_verify(PgjqLimitsDiff **diffs);
+
 /* wait.c */
 #define PGJQ_WAIT_MAX_QUEUES 32
 extern Size pgjq_wait_shmem_size(void);

@@ -191,6 +191,16 @@ extern int64 pgjq_storage_promote(TimestampTz now, int limit);
 extern int	pgjq_storage_expired(TimestampTz now, int limit, PgjqRunningJob **jobs);
 extern TimestampTz pgjq_storage_next_deadline(void);
 
+/* storage_verify.c: a durable invariant that does not hold (verify.c) */
+typedef struct PgjqVerifyRow
+{
+	char	   *area;
+	char	   *object;
+	char	   *expected;
+	char	   *found;
+} PgjqVerifyRow;
+extern int	pgjq_storage_verify(PgjqVerifyRow **rows);
+
 /* storage_history.c */
 extern void pgjq_history_ensure(TimestampTz ts);
 extern void pgjq_history_prepare(TimestampTz now);

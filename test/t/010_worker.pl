@@ -19,6 +19,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgjqTest;
 
 # pgjq.max_sleep and pgjq.prune_interval are short (2 s) so that the worker
 # notices new databases and extensions quickly, except while promotion and
@@ -793,6 +796,8 @@ unlike(
 	'no server process crashed during the test');
 is($node->safe_psql('postgres', "SELECT state FROM pgjq.job($far)"),
 	'scheduled', 'the far job is still scheduled');
+
+verify_ok($node, 'postgres', 'at the end, shared memory and the tables agree');
 
 $node->stop;
 done_testing();

@@ -25,6 +25,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use POSIX ();
 use Time::HiRes qw(time usleep);
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgjqTest;
 
 my $node = PostgreSQL::Test::Cluster->new('pgjq_crash');
 $node->init;
@@ -444,6 +447,8 @@ is( $node->safe_psql(
 is($node->safe_psql('postgres', "SELECT count(*) FROM pgjq.claim('c', 1000)"),
 	'0', 'nothing is left to claim');
 cmp_ok($restarts, '==', 2, 'two crash restarts and one postmaster kill happened');
+
+verify_ok($node, 'postgres', 'after the crashes, shared memory and the tables agree');
 
 $node->stop;
 done_testing();

@@ -24,6 +24,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgjqTest;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
@@ -242,6 +245,8 @@ unlike(
 	$log,
 	qr/background worker "[^"]*pgjq[^"]*" \(PID \d+\) (?:exited with exit code [1-9]|was terminated by signal)/,
 	'no pgjq process exited abnormally on the standby, before or after promotion');
+
+verify_ok($standby, 'jobs', 'on the promoted standby, shared memory and the tables agree');
 
 $standby->stop;
 done_testing();

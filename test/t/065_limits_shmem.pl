@@ -28,6 +28,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgjqTest;
 
 my $node = PostgreSQL::Test::Cluster->new('limits_shmem');
 $node->init;
@@ -248,6 +251,8 @@ SELECT pgjq.drop_queue('churn$i', force => true);
 	$churned++ if $ret == 0;
 }
 is($churned, 30, '30 queues created, claimed from and dropped in turn with 16 entries');
+
+verify_ok($node, 'keys', 'after the churn, shared memory and the tables agree');
 
 $node->stop;
 done_testing();
