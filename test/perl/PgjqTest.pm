@@ -9,9 +9,14 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use IPC::Run;
+use POSIX ();
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
-our @EXPORT = qw(verify_ok);
+our @EXPORT = qw(verify_ok find_pgbouncer start_pgbouncer);
 
 # verify_ok($node, $dbname, $label): pgjq.verify() finds no disagreement
 # between shared memory and the tables; on failure the rows are the diagnostic.
@@ -22,6 +27,92 @@ sub verify_ok
 		q{SELECT string_agg(concat_ws(' | ', area, object, expected, found), E'\n') FROM pgjq.verify()}
 	);
 	return is($rows, '', "verify(): $label");
+}
+
+# find_pgbouncer(): the pgbouncer binary (PATH, else /usr/sbin, where Debian
+# puts it outside a user's PATH) or undef, and its version as "major.minor".
+sub find_pgbouncer
+{
+	my $bin = `sh -c 'command -v pgbouncer'`;
+	chomp $bin;
+	$bin ||= (grep { -x } '/usr/sbin/pgbouncer')[0];
+	return (undef, undef) unless $bin;
+	my ($version) = `$bin --version` =~ /PgBouncer (\d+\.\d+)/;
+	return ($bin, $version);
+}
+
+my @bouncer_pids;
+
+END
+{
+	local $?;    # keep the test's exit status
+	for my $pid (@bouncer_pids)
+	{
+		next unless kill 0, $pid;
+		kill 'TERM', $pid;
+		waitpid($pid, 0);
+	}
+}
+
+# start_pgbouncer($bin, $node, %settings): PgBouncer in transaction mode in
+# front of $node's database postgres, on a Unix socket only, with pool size
+# 2 and the extra [pgbouncer] settings given; waits until it accepts
+# connections (one test assertion) and stops it when the test ends.  Returns
+# { sockdir, port, log }.
+sub start_pgbouncer
+{
+	my ($bin, $node, %settings) = @_;
+	my $tmp = PostgreSQL::Test::Utils::tempdir;
+	my $sockdir = PostgreSQL::Test::Utils::tempdir_short;
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $user = $node->safe_psql('postgres', 'SELECT current_user');
+	my $ini = "$tmp/pgbouncer.ini";
+	my %conf = (
+		listen_addr => '',
+		listen_port => $port,
+		unix_socket_dir => $sockdir,
+		auth_type => 'any',
+		pool_mode => 'transaction',
+		default_pool_size => 2,
+		max_client_conn => 100,
+		server_reset_query => '',
+		logfile => "$tmp/pgbouncer.log",
+		pidfile => "$tmp/pgbouncer.pid",
+		%settings);
+
+	open my $fh, '>', $ini or die "could not write $ini: $!";
+	print $fh "[databases]\n";
+	print $fh "postgres = host=@{[ $node->host ]} port=@{[ $node->port ]} dbname=postgres user=$user\n";
+	print $fh "\n[pgbouncer]\n";
+	print $fh "$_ = $conf{$_}\n" for sort keys %conf;
+	close $fh;
+
+	my $pid = fork();
+	die "fork failed: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		open STDOUT, '>', "$tmp/pgbouncer.out" or POSIX::_exit(126);
+		open STDERR, '>&', \*STDOUT or POSIX::_exit(126);
+		exec $bin, $ini or POSIX::_exit(127);
+	}
+	push @bouncer_pids, $pid;
+
+	my $ready = 0;
+	for (1 .. 300)
+	{
+		my ($stdout, $stderr) = ('', '');
+		IPC::Run::run [ 'psql', '-XAtq', '-h', $sockdir, '-p', $port, '-d', 'postgres',
+			'-c', 'SELECT 1' ], '>', \$stdout, '2>', \$stderr;
+		if ($stdout =~ /^1$/m)
+		{
+			$ready = 1;
+			last;
+		}
+		usleep(100_000);
+	}
+	ok($ready, 'PgBouncer accepts connections')
+	  or diag slurp_file("$tmp/pgbouncer.out") . slurp_file("$tmp/pgbouncer.log");
+	return { sockdir => $sockdir, port => $port, log => "$tmp/pgbouncer.log" };
 }
 
 1;

@@ -19,11 +19,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use POSIX ();
 use Time::HiRes qw(time usleep);
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgjqTest;
 
-my $pgbouncer_bin = `sh -c 'command -v pgbouncer'`;
-chomp $pgbouncer_bin;
+my ($pgbouncer_bin, $bouncer_version) = find_pgbouncer();
 plan skip_all => 'pgbouncer is not installed' unless $pgbouncer_bin;
-my ($bouncer_version) = `$pgbouncer_bin --version` =~ /PgBouncer (\d+\.\d+)/;
 my ($bmajor, $bminor) = split /\./, $bouncer_version;
 my $bouncer_prepared = ($bmajor > 1 || ($bmajor == 1 && $bminor >= 21));
 note "PgBouncer $bouncer_version";
@@ -51,46 +52,9 @@ my $user = $node->safe_psql('postgres', 'SELECT current_user');
 # ------------------------------------------------------------- pgbouncer
 
 my $tmp = PostgreSQL::Test::Utils::tempdir;
-my $sockdir = PostgreSQL::Test::Utils::tempdir_short;
-my $bport = PostgreSQL::Test::Cluster::get_free_port();
-my $ini = "$tmp/pgbouncer.ini";
-open my $fh, '>', $ini or die "could not write $ini: $!";
-print $fh qq{[databases]
-postgres = host=@{[ $node->host ]} port=@{[ $node->port ]} dbname=postgres user=$user
-
-[pgbouncer]
-listen_addr =
-listen_port = $bport
-unix_socket_dir = $sockdir
-auth_type = any
-pool_mode = transaction
-default_pool_size = 2
-max_client_conn = 100
-server_reset_query =
-logfile = $tmp/pgbouncer.log
-pidfile = $tmp/pgbouncer.pid
-};
-print $fh "max_prepared_statements = 100\n" if $bouncer_prepared;
-close $fh;
-
-my $bouncer_pid = fork();
-die "fork failed: $!" unless defined $bouncer_pid;
-if ($bouncer_pid == 0)
-{
-	open STDOUT, '>', "$tmp/pgbouncer.out" or POSIX::_exit(126);
-	open STDERR, '>&', \*STDOUT or POSIX::_exit(126);
-	exec $pgbouncer_bin, $ini or POSIX::_exit(127);
-}
-
-END
-{
-	local $?;    # keep the test's exit status
-	if ($bouncer_pid)
-	{
-		kill 'TERM', $bouncer_pid;
-		waitpid($bouncer_pid, 0);
-	}
-}
+my $bouncer = start_pgbouncer($pgbouncer_bin, $node,
+	$bouncer_prepared ? (max_prepared_statements => 100) : ());
+my ($sockdir, $bport) = ($bouncer->{sockdir}, $bouncer->{port});
 
 # psql through PgBouncer; returns (exit code, stdout, stderr).
 sub bounced_psql
@@ -111,20 +75,6 @@ sub bounced_safe_psql
 	die "psql through pgbouncer failed: $err\nquery: $sql" if $rc;
 	return $out;
 }
-
-my $ready = 0;
-for (1 .. 300)
-{
-	my ($rc, $out) = bounced_psql('SELECT 1');
-	if ($rc == 0 && $out eq '1')
-	{
-		$ready = 1;
-		last;
-	}
-	usleep(100_000);
-}
-ok($ready, 'PgBouncer accepts connections')
-  or diag slurp_file("$tmp/pgbouncer.out");
 
 # ----------------------------------------------------- psql through it
 

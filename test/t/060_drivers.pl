@@ -35,6 +35,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use POSIX ();
 use Time::HiRes qw(time usleep);
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgjqTest;
 
 my $done_within = 10;    # seconds after the last enqueue, on a loaded machine
 my $stop_within = 10;    # seconds after SIGTERM (the contract)
@@ -52,9 +55,7 @@ sub have
 	return system(join(' ', @cmd) . ' >/dev/null 2>&1') == 0;
 }
 
-my $pgbouncer = `sh -c 'command -v pgbouncer'`;
-chomp $pgbouncer;
-$pgbouncer ||= (grep { -x } '/usr/sbin/pgbouncer')[0];    # not in a user's PATH
+my ($pgbouncer) = find_pgbouncer();
 push @missing, 'pgbouncer' unless $pgbouncer;
 
 # Debian's python3 has the Debian modules; a python3 earlier in PATH (a
@@ -101,28 +102,11 @@ my $user = $node_pg->safe_psql('postgres', 'SELECT current_user');
 # Transaction pooling with two server connections for four workers: two
 # waiting claims fill the pool and every other call queues behind them.
 my $tmp = PostgreSQL::Test::Utils::tempdir;
-my $sockdir = PostgreSQL::Test::Utils::tempdir_short;
-my $bport = PostgreSQL::Test::Cluster::get_free_port();
-my $ini = "$tmp/pgbouncer.ini";
-open my $fh, '>', $ini or die "could not write $ini: $!";
-print $fh qq{[databases]
-postgres = host=@{[ $node_pg->host ]} port=@{[ $node_pg->port ]} dbname=postgres user=$user
-
-[pgbouncer]
-listen_addr =
-listen_port = $bport
-unix_socket_dir = $sockdir
-auth_type = any
-pool_mode = transaction
-default_pool_size = 2
-reserve_pool_size = 0
-max_client_conn = 100
-server_reset_query =
-ignore_startup_parameters = extra_float_digits
-logfile = $tmp/pgbouncer.log
-pidfile = $tmp/pgbouncer.pid
-};
-close $fh;
+my $bouncer = start_pgbouncer(
+	$pgbouncer, $node_pg,
+	reserve_pool_size => 0,
+	ignore_startup_parameters => 'extra_float_digits');
+my ($sockdir, $bport) = ($bouncer->{sockdir}, $bouncer->{port});
 
 my %pids;    # name -> pid of every process started here
 
@@ -153,23 +137,6 @@ END
 		waitpid($pid, 0);
 	}
 }
-
-start_process('pgbouncer', {}, $pgbouncer, $ini);
-my $ready = 0;
-for (1 .. 300)
-{
-	my ($stdout, $stderr);
-	IPC::Run::run [ 'psql', '-XAtq', '-h', $sockdir, '-p', $bport, '-d', 'postgres',
-		'-c', 'SELECT 1' ], '>', \$stdout, '2>', \$stderr;
-	if (($stdout // '') =~ /^1$/m)
-	{
-		$ready = 1;
-		last;
-	}
-	usleep(100_000);
-}
-ok($ready, 'PgBouncer accepts connections')
-  or diag slurp_file("$tmp/pgbouncer.log");
 
 # ------------------------------------------------------------ workers
 
