@@ -4,7 +4,8 @@
 # Crashes lose nothing and bring nothing back.  Producers and workers run
 # (pgbench, in the background) while we kill -9, in turn, a client backend,
 # the pgjq worker and the postmaster.  After each restart the load resumes;
-# at the end the queue is drained and checked:
+# then the postmaster is killed 19 more times under load; at the end the
+# queue is drained and checked:
 #
 # - every committed enqueue exists (producers record each returned id in the
 #   table "produced" in the same statement, so only committed enqueues count)
@@ -15,7 +16,11 @@
 #   again (workers record every claim in "claimed" in the claiming statement);
 # - nothing exists that was never committed as an enqueue;
 # - a job leased before a crash is not handed out before its lease expires,
-#   and its holder can still complete it.
+#   and its holder can still complete it;
+# - no job is ever claimed while an earlier claim's lease of it is valid
+#   (workers record each claim's lease end), across 20 kill -9s of the
+#   postmaster under load (producers, workers and the pgjq worker running);
+# - pgjq.verify() finds shared memory and the tables in agreement.
 
 use strict;
 use warnings;
@@ -28,6 +33,8 @@ use Time::HiRes qw(time usleep);
 use FindBin;
 use lib "$FindBin::Bin/../perl";
 use PgjqTest;
+
+my $postmaster_kills = 20;
 
 my $node = PostgreSQL::Test::Cluster->new('pgjq_crash');
 $node->init;
@@ -51,7 +58,8 @@ SELECT pgjq.create_queue('c', lease => '3 seconds', max_attempts => 1000,
 SELECT pgjq.create_queue('held', lease => '600 seconds');
 CREATE TABLE produced (id bigint NOT NULL);
 CREATE TABLE claimed (id bigint NOT NULL, token bigint NOT NULL,
-                      at timestamptz NOT NULL DEFAULT clock_timestamp());
+                      at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                      lease_until timestamptz, lease interval);
 CREATE TABLE done (id bigint NOT NULL, token bigint NOT NULL,
                    at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE INDEX ON claimed (id);
@@ -81,8 +89,9 @@ my $produce_many = write_script('produce_many',
 # Workers: claim (recorded with the claim), then, in a second transaction as
 # a real worker would, complete each job and record the success with it.
 my $work = write_script(
-	'work', q{WITH c AS (SELECT id, token FROM pgjq.claim('c', 3, lease => '3 seconds')),
-     l AS (INSERT INTO claimed (id, token) SELECT id, token FROM c RETURNING id, token)
+	'work', q{WITH c AS (SELECT id, token, lease_until FROM pgjq.claim('c', 3, lease => '3 seconds')),
+     l AS (INSERT INTO claimed (id, token, lease_until, lease)
+           SELECT id, token, lease_until, '3 seconds' FROM c RETURNING id, token)
 SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(token), '{}') AS tokens FROM l \gset
 INSERT INTO done (id, token)
   SELECT i, t FROM unnest(':ids'::bigint[], ':tokens'::bigint[]) AS u(i, t)
@@ -91,7 +100,7 @@ INSERT INTO done (id, token)
 
 # A worker that dies silently: its lease must expire and be rescued.
 my $abandon = write_script('abandon',
-	"INSERT INTO claimed (id, token) SELECT id, token FROM pgjq.claim('c', 1, lease => '2 seconds');\n"
+	"INSERT INTO claimed (id, token, lease_until, lease) SELECT id, token, lease_until, '2 seconds' FROM pgjq.claim('c', 1, lease => '2 seconds');\n"
 );
 
 # --------------------------------------------------- background processes
@@ -251,6 +260,28 @@ sub postmaster_pid
 
 my $restarts = 0;
 
+# kill -9 of the postmaster, then start it again.  The orphaned children
+# exit once they notice the postmaster is gone; a new postmaster refuses to
+# start while they still hold shared memory.  True when it started.
+sub kill_postmaster
+{
+	my $pm = postmaster_pid();
+	my @children = split ' ', `ps -o pid= --ppid $pm`;
+	$node->kill9;
+	my $deadline = time + 180;
+	while (time < $deadline && grep { kill 0, $_ } @children)
+	{
+		usleep(100_000);
+	}
+	return 0 if grep { kill 0, $_ } @children;
+	for (1 .. 30)
+	{
+		return 1 if $node->start(fail_ok => 1);
+		sleep 1;
+	}
+	return 0;
+}
+
 # After a crash, wait for the postmaster's "reinitializing" and for the
 # server to accept connections again.
 sub wait_crash_restart
@@ -322,26 +353,7 @@ wait_worker('worker kill');
 @load = start_load();
 wait_progress(400, 'before killing the postmaster');
 $held = hold();
-my $pm = postmaster_pid();
-my @children = split ' ', `ps -o pid= --ppid $pm`;
-note "postmaster $pm, children @children";
-$node->kill9;
-
-# The orphaned children exit once they notice the postmaster is gone; a new
-# postmaster refuses to start while they still hold shared memory.
-my $deadline = time + 180;
-while (time < $deadline && grep { kill 0, $_ } @children)
-{
-	usleep(100_000);
-}
-ok(!(grep { kill 0, $_ } @children), 'the old server processes exited');
-my $started = 0;
-for (1 .. 30)
-{
-	last if $started = $node->start(fail_ok => 1);
-	sleep 1;
-}
-ok($started, 'the server starts after kill -9 of the postmaster')
+ok(kill_postmaster(), 'the server starts after kill -9 of the postmaster')
   or BAIL_OUT('cannot restart the server');
 check_load_ended('postmaster kill', @load);
 check_held($held, 'postmaster kill');
@@ -376,6 +388,29 @@ is( $node->safe_psql(
 	),
 	'false,true',
 	'postmaster kill: the old token is stale, the new one completes');
+
+# 3b. kill -9 of the postmaster under load, again and again: producers,
+# workers and the pgjq worker are all running each time it dies.
+my $kills = 1;
+my @kill_failures;
+for my $round (1 .. $postmaster_kills - 1)
+{
+	@load = start_load();
+	my $target = count_done() + 20;
+	$node->poll_query_until('postgres', "SELECT count(*) >= $target FROM done")
+	  or push @kill_failures, "round $round: no progress before the kill";
+	usleep(int(rand(500_000)));    # die at a random point of the load
+	kill_postmaster() or BAIL_OUT("round $round: cannot restart the server");
+	$kills++;
+	for my $bg (@load)
+	{
+		my $rc = wait_bg($bg, 120);
+		stop_bg($bg) unless defined $rc;
+		my @errors = grep { /ERROR:/ } split /\n/, slurp_file($bg->{err});
+		push @kill_failures, "round $round: $bg->{name}: @errors" if @errors;
+	}
+}
+is(join("\n", @kill_failures), '', "$kills postmaster kills under load: progress each time, no SQL errors");
 
 # 4. Drain: workers only, until every committed enqueue is completed.
 my $drain = pgbench('drain', '-c', '2', '-j', '2', '-f', $work);
@@ -446,7 +481,18 @@ is( $node->safe_psql(
 	'queue_stats: every job completed, none left, none extra');
 is($node->safe_psql('postgres', "SELECT count(*) FROM pgjq.claim('c', 1000)"),
 	'0', 'nothing is left to claim');
-cmp_ok($restarts, '==', 2, 'two crash restarts and one postmaster kill happened');
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT count(*) FROM (
+		    SELECT lease_until - lease AS start,
+		           lag(lease_until) OVER (PARTITION BY id ORDER BY token) AS prev_until
+		      FROM claimed WHERE lease_until IS NOT NULL) c
+		   WHERE start < prev_until}
+	),
+	'0',
+	'no job was claimed again while an earlier lease of it was still valid (crashes included)');
+cmp_ok($restarts, '==', 2, 'two crash restarts happened');
+cmp_ok($kills, '==', $postmaster_kills, "$postmaster_kills postmaster kills happened");
 
 verify_ok($node, 'postgres', 'after the crashes, shared memory and the tables agree');
 
