@@ -72,11 +72,12 @@ SELECT set_eq(
 		'pgjq.await(text[],interval)',
 		'pgjq.complete(bigint,bigint)',
 		'pgjq.complete(bigint[],bigint[])',
+		'pgjq.complete_and_claim(text,bigint[],bigint[],integer,interval,text,text[])',
 		'pgjq.fail(bigint,bigint,text,interval)',
 		'pgjq.heartbeat(bigint,bigint,interval)',
 		'pgjq.snooze(bigint,bigint,interval)',
 		'pgjq.job(bigint)'],
-	'pgjq_worker can execute claim (both forms), await, complete (both forms), fail, heartbeat, snooze and job, nothing else');
+	'pgjq_worker can execute claim (both forms), await, complete (both forms), complete_and_claim, fail, heartbeat, snooze and job, nothing else');
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pgjq_admin')$$,
 	$$SELECT p.oid::regprocedure::text FROM pg_proc p

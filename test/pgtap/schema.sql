@@ -45,6 +45,7 @@ SELECT set_eq(
 		('procedure await(IN queues text[], IN wait interval)'),
 		('complete(id bigint, token bigint) -> boolean'),
 		('complete(ids bigint[], tokens bigint[]) -> bigint'),
+		('complete_and_claim(queue text, ids bigint[], tokens bigint[], batch integer, lease interval, worker text, errors text[]) -> SETOF pgjq.claimed'),
 		('fail(id bigint, token bigint, error text, retry_in interval) -> text'),
 		('heartbeat(id bigint, token bigint, extend interval) -> timestamp with time zone'),
 		('snooze(id bigint, token bigint, delay interval) -> boolean'),
@@ -55,7 +56,8 @@ SELECT set_eq(
 		('prune() -> bigint'),
 		('maintain(OUT promoted bigint, OUT rescued bigint, OUT pruned bigint) -> record'),
 		('job(id bigint) -> SETOF pgjq.job_info'),
-		('health(OUT horizon_holder text, OUT horizon_xid xid, OUT horizon_age_xacts bigint, OUT horizon_age_seconds double precision, OUT horizon_held_since timestamp with time zone, OUT pid integer, OUT backend_type text, OUT usename text, OUT application_name text, OUT state text, OUT xact_start timestamp with time zone, OUT query_start timestamp with time zone, OUT slot_name text, OUT gid text) -> record')$$,
+		('health(OUT horizon_holder text, OUT horizon_xid xid, OUT horizon_age_xacts bigint, OUT horizon_age_seconds double precision, OUT horizon_held_since timestamp with time zone, OUT pid integer, OUT backend_type text, OUT usename text, OUT application_name text, OUT state text, OUT xact_start timestamp with time zone, OUT query_start timestamp with time zone, OUT slot_name text, OUT gid text) -> record'),
+		('verify(OUT area text, OUT object text, OUT expected text, OUT found text) -> SETOF record')$$,
 	'the public functions have the documented names, argument names, types and results');
 
 -- Named arguments are part of the contract: one call per function with every
@@ -74,6 +76,8 @@ SELECT lives_ok($$PREPARE named_args AS
 		   pgjq.claim(queue => 'x', batch => 1, lease => '1 s', worker => 'w', wait => '1 s'),
 		   pgjq.claim(queues => ARRAY['x'], batch => 1, lease => '1 s', worker => 'w', wait => '1 s'),
 		   pgjq.complete(id => 1, token => 1), pgjq.complete(ids => ARRAY[1::bigint], tokens => ARRAY[1::bigint]),
+		   pgjq.complete_and_claim(queue => 'x', ids => ARRAY[1::bigint], tokens => ARRAY[1::bigint], batch => 1,
+								   lease => '1 s', worker => 'w', errors => ARRAY['e']),
 		   pgjq.fail(id => 1, token => 1, error => 'e', retry_in => '1 s'),
 		   pgjq.heartbeat(id => 1, token => 1, extend => '1 s'),
 		   pgjq.snooze(id => 1, token => 1, delay => '1 s'),

@@ -33,6 +33,7 @@ use Time::HiRes qw(time usleep);
 use FindBin;
 use lib "$FindBin::Bin/../perl";
 use PgjqTest;
+use PgjqLoad;
 
 my $postmaster_kills = 20;
 
@@ -53,146 +54,16 @@ my $tmp = PostgreSQL::Test::Utils::tempdir;
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION pgjq;
-SELECT pgjq.create_queue('c', lease => '3 seconds', max_attempts => 1000,
-                         backoff_base => '100 milliseconds', backoff_max => '1 second');
 SELECT pgjq.create_queue('held', lease => '600 seconds');
-CREATE TABLE produced (id bigint NOT NULL);
-CREATE TABLE claimed (id bigint NOT NULL, token bigint NOT NULL,
-                      at timestamptz NOT NULL DEFAULT clock_timestamp(),
-                      lease_until timestamptz, lease interval);
-CREATE TABLE done (id bigint NOT NULL, token bigint NOT NULL,
-                   at timestamptz NOT NULL DEFAULT clock_timestamp());
-CREATE INDEX ON claimed (id);
-CREATE INDEX ON done (id);
 });
-
-# ------------------------------------------------------ pgbench scripts
-
-sub write_script
-{
-	my ($name, $text) = @_;
-	my $path = "$tmp/$name.sql";
-	open my $fh, '>', $path or die "could not write $path: $!";
-	print $fh $text;
-	close $fh;
-	return $path;
-}
-
-# Producers: the enqueue and the record of its id commit together.
-my $produce_one = write_script('produce_one',
-	"INSERT INTO produced SELECT pgjq.enqueue('c', jsonb_build_object('r', random()));\n"
-);
-my $produce_many = write_script('produce_many',
-	"INSERT INTO produced SELECT pgjq.enqueue_many('c', ARRAY['{\"n\":1}', '{\"n\":2}', '{\"n\":3}']::jsonb[]);\n"
-);
-
-# Workers: claim (recorded with the claim), then, in a second transaction as
-# a real worker would, complete each job and record the success with it.
-my $work = write_script(
-	'work', q{WITH c AS (SELECT id, token, lease_until FROM pgjq.claim('c', 3, lease => '3 seconds')),
-     l AS (INSERT INTO claimed (id, token, lease_until, lease)
-           SELECT id, token, lease_until, '3 seconds' FROM c RETURNING id, token)
-SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(token), '{}') AS tokens FROM l \gset
-INSERT INTO done (id, token)
-  SELECT i, t FROM unnest(':ids'::bigint[], ':tokens'::bigint[]) AS u(i, t)
-   WHERE pgjq.complete(i, t);
-});
-
-# A worker that dies silently: its lease must expire and be rescued.
-my $abandon = write_script('abandon',
-	"INSERT INTO claimed (id, token, lease_until, lease) SELECT id, token, lease_until, '2 seconds' FROM pgjq.claim('c', 1, lease => '2 seconds');\n"
-);
-
-# --------------------------------------------------- background processes
-
-my $nbg = 0;
-
-# Start a command in the background, output to files; returns [pid, name].
-sub start_bg
-{
-	my ($name, @cmd) = @_;
-	$nbg++;
-	my $out = "$tmp/$name.$nbg.out";
-	my $err = "$tmp/$name.$nbg.err";
-	my $pid = fork();
-	die "fork failed: $!" unless defined $pid;
-	if ($pid == 0)
-	{
-		$ENV{PGAPPNAME} = $name;    # pg_stat_activity tells the load apart
-		open STDOUT, '>', $out or POSIX::_exit(126);
-		open STDERR, '>', $err or POSIX::_exit(126);
-		exec @cmd or POSIX::_exit(127);
-	}
-	return { pid => $pid, name => $name, out => $out, err => $err };
-}
-
-# Wait up to $secs for a background process to exit; returns its exit code,
-# or undef if it is still running.
-sub wait_bg
-{
-	my ($bg, $secs) = @_;
-	my $deadline = time + $secs;
-	while (time < $deadline)
-	{
-		my $r = waitpid($bg->{pid}, POSIX::WNOHANG());
-		if ($r == $bg->{pid})
-		{
-			$bg->{status} = $? >> 8;
-			return $bg->{status};
-		}
-		usleep(100_000);
-	}
-	return undef;
-}
-
-sub stop_bg
-{
-	my ($bg) = @_;
-	return $bg->{status} if defined $bg->{status};
-	kill 'TERM', $bg->{pid};
-	my $rc = wait_bg($bg, 30);
-	if (!defined $rc)
-	{
-		kill 'KILL', $bg->{pid};
-		$rc = wait_bg($bg, 30);
-	}
-	return $rc;
-}
-
-my @all_bg;
-
-sub pgbench
-{
-	my ($name, @args) = @_;
-	my $bg = start_bg(
-		$name, 'pgbench', '-n', '-h', $node->host, '-p', $node->port,
-		'-T', '900', @args, 'postgres');
-	push @all_bg, $bg;
-	return $bg;
-}
-
-sub start_load
-{
-	return (
-		pgbench(
-			'producers', '-c', '2', '-j', '2', '-R', '150',
-			'-f', "$produce_one\@3", '-f', "$produce_many\@1"),
-		pgbench(
-			'workers', '-c', '3', '-j', '3', '-f', "$work\@20",
-			'-f', "$abandon\@1"));
-}
-
-sub count_done
-{
-	return $node->safe_psql('postgres', 'SELECT count(*) FROM done');
-}
+my $load = load_setup($node, $tmp);
 
 # Let the load run until it has completed $n more jobs (and some were
 # produced meanwhile).
 sub wait_progress
 {
 	my ($n, $what) = @_;
-	my $target = count_done() + $n;
+	my $target = load_count_done($load) + $n;
 	ok( $node->poll_query_until(
 			'postgres', "SELECT count(*) >= $target FROM done"),
 		"$what: load is making progress");
@@ -301,11 +172,10 @@ sub check_load_ended
 	my ($what, @bg) = @_;
 	for my $bg (@bg)
 	{
-		my $rc = wait_bg($bg, 120);
+		my $rc = bg_wait($bg, 120);
 		ok(defined $rc, "$what: $bg->{name} ended with the crash");
-		stop_bg($bg) unless defined $rc;
-		my $err = slurp_file($bg->{err});
-		my @errors = grep { /ERROR:/ } split /\n/, $err;
+		bg_stop($bg) unless defined $rc;
+		my @errors = load_errors($bg);
 		is(scalar(@errors), 0, "$what: $bg->{name} saw no SQL errors")
 		  or diag join("\n", @errors);
 	}
@@ -314,7 +184,7 @@ sub check_load_ended
 # ================================================================ run
 
 # 1. kill -9 of a client backend while the load runs.
-my @load = start_load();
+my @load = load_start($load);
 wait_progress(400, 'before killing a backend');
 my $held = hold();
 my $offset = -s $node->logfile;
@@ -337,7 +207,7 @@ is($in_lease, 't', 'backend kill: the completion comes inside the lease');
 is($ok, 't', 'backend kill: the holder of a lease completes it after the restart');
 
 # 2. kill -9 of the pgjq worker itself.
-@load = start_load();
+@load = load_start($load);
 wait_progress(400, 'before killing the pgjq worker');
 my $worker = $node->safe_psql('postgres',
 	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgjq worker' AND datname = 'postgres'"
@@ -350,7 +220,7 @@ check_load_ended('worker kill', @load);
 wait_worker('worker kill');
 
 # 3. kill -9 of the postmaster.
-@load = start_load();
+@load = load_start($load);
 wait_progress(400, 'before killing the postmaster');
 $held = hold();
 ok(kill_postmaster(), 'the server starts after kill -9 of the postmaster')
@@ -395,8 +265,8 @@ my $kills = 1;
 my @kill_failures;
 for my $round (1 .. $postmaster_kills - 1)
 {
-	@load = start_load();
-	my $target = count_done() + 20;
+	@load = load_start($load);
+	my $target = load_count_done($load) + 20;
 	$node->poll_query_until('postgres', "SELECT count(*) >= $target FROM done")
 	  or push @kill_failures, "round $round: no progress before the kill";
 	usleep(int(rand(500_000)));    # die at a random point of the load
@@ -404,93 +274,21 @@ for my $round (1 .. $postmaster_kills - 1)
 	$kills++;
 	for my $bg (@load)
 	{
-		my $rc = wait_bg($bg, 120);
-		stop_bg($bg) unless defined $rc;
-		my @errors = grep { /ERROR:/ } split /\n/, slurp_file($bg->{err});
+		my $rc = bg_wait($bg, 120);
+		bg_stop($bg) unless defined $rc;
+		my @errors = load_errors($bg);
 		push @kill_failures, "round $round: $bg->{name}: @errors" if @errors;
 	}
 }
 is(join("\n", @kill_failures), '', "$kills postmaster kills under load: progress each time, no SQL errors");
 
 # 4. Drain: workers only, until every committed enqueue is completed.
-my $drain = pgbench('drain', '-c', '2', '-j', '2', '-f', $work);
-ok( $node->poll_query_until(
-		'postgres',
-		'SELECT count(*) FROM produced p WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.id = p.id)',
-		'0'),
-	'every committed enqueue is completed in the end');
-stop_bg($drain);
-my @errors = grep { /ERROR:/ } split /\n/, slurp_file($drain->{err});
-is(scalar(@errors), 0, 'the drain saw no SQL errors') or diag join("\n", @errors);
+load_drain($load);
 
 # ================================================================ checks
 
-my ($nproduced, $nclaimed, $ndone) = split /\|/,
-  $node->safe_psql('postgres',
-	'SELECT (SELECT count(*) FROM produced), (SELECT count(*) FROM claimed), (SELECT count(*) FROM done)'
-  );
-note "produced $nproduced, claims $nclaimed, completions $ndone, crash restarts $restarts";
+my $nproduced = ledger_checks($load, 'crashes');
 cmp_ok($nproduced, '>', 600, 'a fair amount of work was produced');
-
-is($node->safe_psql('postgres',
-		'SELECT count(*) - count(DISTINCT id) FROM produced'),
-	'0', 'enqueue never returned the same id twice');
-is( $node->safe_psql(
-		'postgres',
-		'SELECT count(*) FROM produced p WHERE NOT EXISTS (SELECT 1 FROM pgjq.job(p.id))'
-	),
-	'0',
-	'no committed enqueue was lost');
-is( $node->safe_psql(
-		'postgres',
-		'SELECT count(*) FROM (SELECT id FROM done GROUP BY id HAVING count(*) > 1) x'
-	),
-	'0',
-	'no job was completed twice');
-is( $node->safe_psql(
-		'postgres',
-		"SELECT count(*) FROM done d, LATERAL pgjq.job(d.id) j WHERE j.state <> 'completed'"
-	),
-	'0',
-	'every recorded completion is completed per pgjq.job()');
-is( $node->safe_psql(
-		'postgres',
-		'SELECT count(*) FROM done d WHERE NOT EXISTS (SELECT 1 FROM produced p WHERE p.id = d.id)'
-	),
-	'0',
-	'nothing was completed that was not committed as an enqueue');
-is( $node->safe_psql(
-		'postgres',
-		q{SELECT count(*) FROM done d
-		   WHERE d.token IS DISTINCT FROM
-		         (SELECT c.token FROM claimed c WHERE c.id = d.id ORDER BY c.at DESC LIMIT 1)}
-	),
-	'0',
-	'a completed job was never claimed again (its completion token is its last claim)');
-is( $node->safe_psql(
-		'postgres',
-		'SELECT count(*) FROM claimed c WHERE NOT EXISTS (SELECT 1 FROM produced p WHERE p.id = c.id)'
-	),
-	'0',
-	'nothing was claimed that was not committed as an enqueue');
-is( $node->safe_psql(
-		'postgres',
-		"SELECT ready || ',' || scheduled || ',' || running || ',' || dead || ',' || cancelled || ',' || completed FROM pgjq.queue_stats WHERE queue = 'c'"
-	),
-	"0,0,0,0,0,$nproduced",
-	'queue_stats: every job completed, none left, none extra');
-is($node->safe_psql('postgres', "SELECT count(*) FROM pgjq.claim('c', 1000)"),
-	'0', 'nothing is left to claim');
-is( $node->safe_psql(
-		'postgres',
-		q{SELECT count(*) FROM (
-		    SELECT lease_until - lease AS start,
-		           lag(lease_until) OVER (PARTITION BY id ORDER BY token) AS prev_until
-		      FROM claimed WHERE lease_until IS NOT NULL) c
-		   WHERE start < prev_until}
-	),
-	'0',
-	'no job was claimed again while an earlier lease of it was still valid (crashes included)');
 cmp_ok($restarts, '==', 2, 'two crash restarts happened');
 cmp_ok($kills, '==', $postmaster_kills, "$postmaster_kills postmaster kills happened");
 
