@@ -496,7 +496,10 @@ run_chunks(const char *what, int64 (*step) (void), bool *progress, bool *more)
 		if (!run_step(what, step, &n))
 			return false;
 		if (n > 0)
+		{
 			*progress = true;
+			pgjq_crash_point("worker_chunk");
+		}
 		if (n < PGJQ_MAINTENANCE_CHUNK)
 			return true;
 	}

@@ -14,6 +14,8 @@
  *	                          (postmaster: sizes shared memory)
  *	  pgjq.max_databases      databases whose limits are tracked at once
  *	                          (postmaster: sizes shared memory)
+ *	  pgjq.debug_crash_at     test only: crash at a named point (superuser;
+ *	                          crash_points.c)
  *
  *-------------------------------------------------------------------------
  */
@@ -30,6 +32,17 @@ int			pgjq_max_tracked_keys = 65536;
 int			pgjq_max_databases = 64;
 int			pgjq_max_wait_ms = 20000;
 int			pgjq_horizon_warn_after_s = 300;
+
+/* pgjq.debug_crash_at names a point of crash_points.c, or nothing */
+static bool
+check_crash_point(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || (*newval)[0] == '\0' ||
+		strcmp(*newval, "commit") == 0 || strcmp(*newval, "worker_chunk") == 0)
+		return true;
+	GUC_check_errdetail("Known points: commit, worker_chunk.");
+	return false;
+}
 
 void
 pgjq_guc_init(void)
@@ -87,6 +100,15 @@ pgjq_guc_init(void)
 							PGC_SIGHUP,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("pgjq.debug_crash_at",
+							   "Test only: the process kills itself (SIGKILL) at this point.",
+							   "Points: commit (after the commit record, before pgjq's shared memory follows it), worker_chunk (in the background worker, between two committed chunks).  Empty: never.",
+							   &pgjq_debug_crash_at,
+							   "",
+							   PGC_SUSET,
+							   GUC_NOT_IN_SAMPLE,
+							   check_crash_point, NULL, NULL);
 
 	/* sizes shared memory: only when preloaded, as PGC_POSTMASTER demands */
 	if (process_shared_preload_libraries_in_progress)

@@ -1158,6 +1158,8 @@ xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			if (npending > 0)
+				pgjq_crash_point("commit");
 			resolve(true, 0);
 			npending = 0;
 			break;

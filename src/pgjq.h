@@ -27,7 +27,11 @@ extern int	pgjq_max_tracked_keys;
 extern int	pgjq_max_databases;
 extern int	pgjq_max_wait_ms;
 extern int	pgjq_horizon_warn_after_s;
+extern char *pgjq_debug_crash_at;
 extern void pgjq_guc_init(void);
+
+/* crash_points.c (test only) */
+extern void pgjq_crash_point(const char *point);
 
 /* shmem.c */
 extern void pgjq_shmem_init(void);

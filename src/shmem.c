@@ -162,6 +162,8 @@ xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			if (pending_due != DT_NOEND)
+				pgjq_crash_point("commit");
 			/* the worker itself reads the deadlines again after each pass */
 			if (pending_due != DT_NOEND && pgjq_state && my_slot == NULL)
 				wake_worker(pending_due);

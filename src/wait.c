@@ -387,6 +387,8 @@ wait_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			if (nnotes > 0)
+				pgjq_crash_point("commit");
 			/* the claims stand; the rest waits for wait_resource_callback */
 			drop_notes(true);
 			committed = true;

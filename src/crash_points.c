@@ -1,0 +1,44 @@
+/*-------------------------------------------------------------------------
+ *
+ * crash_points.c
+ *	  Test-only crash injection: pgjq.debug_crash_at names a point where the
+ *	  process kills itself with SIGKILL, as kill -9 would, so that the TAP
+ *	  tests can crash at exactly the moments that are hard to hit from
+ *	  outside (PostgreSQL 15 has no injection points).
+ *
+ * Points:
+ * - "commit": in pgjq's transaction callbacks at XACT_EVENT_COMMIT, after
+ *   the commit record is written and before any of pgjq's shared memory
+ *   (limit counters, wake-ups, the worker's deadline) follows the commit.
+ *   The first of pgjq's callbacks to run crashes, so none has run.
+ * - "worker_chunk": in the background worker, after a rescue or promotion
+ *   chunk has committed and before the next one starts.
+ *
+ * The setting is superuser-only and empty by default; a point crashes only
+ * the process that has the setting when it gets there.  SIGKILL (not
+ * abort()) so that the postmaster sees what an operator's kill -9 gives it:
+ * no core file, no exit handler, a crash restart.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "pgjq.h"
+
+#include <signal.h>
+
+#include "miscadmin.h"
+
+char	   *pgjq_debug_crash_at = NULL;
+
+void
+pgjq_crash_point(const char *point)
+{
+	if (pgjq_debug_crash_at == NULL || pgjq_debug_crash_at[0] == '\0' ||
+		strcmp(pgjq_debug_crash_at, point) != 0)
+		return;
+	/* LOG first: the test finds it in the server log */
+	elog(LOG, "pgjq: crashing at point \"%s\" (pgjq.debug_crash_at)", point);
+	(void) kill(MyProcPid, SIGKILL);
+	/* SIGKILL is not delivered late, but do not go on if it were */
+	for (;;)
+		pause();
+}
