@@ -2,7 +2,7 @@
  * bench/spike/pgjq_spike--0.1.sql: the stage-1 spike of pgjq's target engine
  * (issue 7).  Throwaway: one queue, one lane, no history, no rescue.  It
  * installs a schema pgjq with the function names and result columns that
- * bench/scripts/*.sql call, so the same pgbench scripts drive it, the
+ * the scripts in bench/scripts call, so the same pgbench scripts drive it, the
  * baseline and pgjq.  Run it in a database of its own, preloaded
  * (shared_preload_libraries = 'pgjq_spike').
  */

@@ -537,7 +537,8 @@ spike_enqueue_many(PG_FUNCTION_ARGS)
 	int64	   *ids;
 
 	check_ready();
-	InitMaterializedSRF(fcinfo, 0);
+	/* a scalar SETOF: the expected descriptor has the one column */
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	deconstruct_array(arr, JSONBOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 	for (int i = 0; i < n; i++)
 		if (nulls[i])
