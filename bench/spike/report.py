@@ -43,7 +43,7 @@ p('## Sustained (8 clients, -M prepared): medians, min-max of jobs/s')
 p('')
 p('| scenario | system | jobs/s | min-max | spike/baseline | tx/s | WAL B/job | commits/job | upd/job | del/job | dead growth/job | wal_sync/job | wal_write/job | server CPU us/job | pgbench CPU us/job | other sessions (cores) |')
 p('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|')
-for scn in ('D2', 'D3', 'H1'):
+for scn in ('D2', 'D3', 'H1', 'D2N'):
     for sysname in ('spike', 'baseline'):
         k = (scn, sysname, 'all')
         if k not in groups:
@@ -60,7 +60,7 @@ p('')
 k = ('CEIL', 'commit', 'all')
 if k in groups:
     lo, hi = rng(k, 'jobs_s')
-    p(f"- commit ceiling (CEIL: 8 clients, empty write transactions): {f(med(k, 'jobs_s'))} tx/s "
+    p(f"- commit ceiling (CEIL: 8 clients, one-row INSERT transactions): {f(med(k, 'jobs_s'))} tx/s "
       f"({f(lo)}-{f(hi)}), wal_sync per commit {f(med(k, 'wal_sync_job'), 3)}, "
       f"server CPU {f(med(k, 'srv_us_job'))} us/tx, pgbench {f(med(k, 'cli_us_job'))} us/tx")
 for sysname in ('spike', 'baseline'):
