@@ -1,0 +1,1185 @@
+/*-------------------------------------------------------------------------
+ *
+ * pgjq_spike.c
+ *	  Stage-1 spike of pgjq's target storage engine (issue 7): job bodies
+ *	  appended once to a ring of plain tables by direct heap access, a
+ *	  producer's jobs published to a shared-memory lane by its commit
+ *	  callback, claims taken from shared memory (never from a heap scan),
+ *	  one compact ledger row per claim call and one compact row per outcome
+ *	  call, space back by TRUNCATE of a ring slot.  No UPDATE, no DELETE.
+ *
+ *	  Throwaway: one queue, one lane, no rescue of expired leases, no
+ *	  rebuild after a restart (pgjq.spike_reset() starts from empty), no
+ *	  history retention.  See bench/spike/README.md.
+ *
+ * Locking rules (the whole file):
+ *	  - One LWLock (spike->lock) protects every shared field: the lane (a
+ *		bounded deque of published positions), the in-flight hash, the slot
+ *		counters.  It is never held across heap access, WAL, a heavyweight
+ *		lock wait or anything that can ERROR, except the PRE_COMMIT capacity
+ *		check, which releases it before it raises.
+ *	  - Each job position is in exactly one place: a producer's local pending
+ *		list (not yet committed), the lane (committed, claimable), the
+ *		in-flight hash as CLAIMING (claimed by an open transaction), OPEN
+ *		(claim committed), CLOSING (an open transaction completes it), or
+ *		gone (completion committed).  Moves between them happen under the
+ *		lock, in a function call or in a commit/abort callback; callbacks
+ *		never allocate or fail (lane capacity is reserved at PRE_COMMIT,
+ *		in-flight entries are created at claim time).
+ *	  - A body slot is truncated only when it is sealed (not the current
+ *		slot), no producer is registered as its writer, and its open count
+ *		(committed jobs not yet completed) is 0.  The truncating transaction
+ *		also holds AccessExclusiveLock on it (taken without waiting); the slot
+ *		becomes reusable only when that transaction commits.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/execnodes.h"
+#include "storage/bufmgr.h"
+#include "storage/ipc.h"
+#include "storage/lmgr.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+PG_MODULE_MAGIC;
+
+#define SPIKE_NSLOTS 4
+#define SPIKE_MULTI_CHUNK 1000	/* heap_multi_insert batch, as COPY uses */
+
+/* a published position: which job, where its body is */
+typedef struct LaneEntry
+{
+	int64		id;
+	ItemPointerData tid;
+	uint16		slot;
+} LaneEntry;
+
+typedef enum
+{
+	IF_CLAIMING,				/* claimed by xid, not committed */
+	IF_OPEN,					/* claim committed: the token is valid */
+	IF_CLOSING					/* completed by xid, not committed */
+} InFlightState;
+
+typedef struct InFlight
+{
+	int64		id;				/* hash key */
+	int64		token;
+	TimestampTz lease_until;
+	TransactionId xid;			/* owner while CLAIMING or CLOSING */
+	ItemPointerData tid;
+	uint16		slot;
+	uint8		state;
+} InFlight;
+
+typedef struct SlotState
+{
+	int64		open;			/* committed jobs in the slot not yet completed */
+	int64		appended;		/* rows appended (committed or not) since empty */
+	int32		writers;		/* transactions that may still append to it */
+	bool		sealed;			/* no longer current: waits for open = 0 */
+	bool		clean;			/* empty (truncated, committed) and not in use */
+	bool		truncating;		/* a transaction is truncating it */
+} SlotState;
+
+typedef struct SpikeShared
+{
+	LWLock	   *lock;
+	bool		ready;			/* set by spike_reset(): state matches tables */
+	Oid			dbid;
+	int			cur_slot;
+	SlotState	slots[SPIKE_NSLOTS];
+	/* the lane: a deque of published positions, lane[(head + i) % cap] */
+	uint64		head;
+	uint64		count;
+	int64		reserved;		/* capacity reserved by committing producers */
+	int64		held;			/* CLAIMING entries (they return on abort) */
+	/* counters */
+	int64		published;
+	int64		claimed;
+	int64		completed;
+	int64		stale;
+	int64		returned;
+	int64		truncations;
+	int64		ring_full;
+	LaneEntry	lane[FLEXIBLE_ARRAY_MEMBER];
+} SpikeShared;
+
+/* settings */
+static int	lane_capacity = 1048576;
+static int	max_in_flight = 65536;
+static int	slot_rows = 100000;
+
+static SpikeShared *spike = NULL;
+static HTAB *inflight = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* ---------------------------------------------------------------------
+ * backend-local state of the current transaction
+ * --------------------------------------------------------------------- */
+typedef struct PendingEnq
+{
+	LaneEntry	e;
+	int			level;
+} PendingEnq;
+
+typedef struct PendingId
+{
+	int64		id;
+	int			level;
+} PendingId;
+
+static PendingEnq *p_enq = NULL;
+static int	n_enq = 0,
+			max_enq = 0;
+static PendingId *p_claim = NULL;
+static int	n_claim = 0,
+			max_claim = 0;
+static PendingId *p_close = NULL;
+static int	n_close = 0,
+			max_close = 0;
+static bool my_writer[SPIKE_NSLOTS];
+static bool any_writer = false;
+static int64 my_reserved = 0;
+static int	my_truncating = -1;
+static int	my_truncating_level = 0;
+
+/* relation OIDs, looked up once per backend */
+static Oid	cached_db = InvalidOid;
+static Oid	body_oid[SPIKE_NSLOTS];
+static Oid	ledger_oid,
+			done_oid,
+			jobseq_oid,
+			tokseq_oid;
+
+void		_PG_init(void);
+
+/* ---------------------------------------------------------------------
+ * shared memory
+ * --------------------------------------------------------------------- */
+static Size
+spike_struct_size(void)
+{
+	return add_size(offsetof(SpikeShared, lane),
+					mul_size(lane_capacity, sizeof(LaneEntry)));
+}
+
+static void
+spike_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(add_size(spike_struct_size(),
+									hash_estimate_size(max_in_flight, sizeof(InFlight))));
+	RequestNamedLWLockTranche("pgjq_spike", 1);
+}
+
+static void
+spike_shmem_startup(void)
+{
+	bool		found;
+	HASHCTL		info;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	spike = ShmemInitStruct("pgjq_spike", spike_struct_size(), &found);
+	if (!found)
+	{
+		memset(spike, 0, offsetof(SpikeShared, lane));
+		spike->lock = &(GetNamedLWLockTranche("pgjq_spike"))->lock;
+	}
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(int64);
+	info.entrysize = sizeof(InFlight);
+	/* a hard bound: a full table makes claims return fewer jobs */
+	inflight = ShmemInitHash("pgjq_spike in-flight", max_in_flight, max_in_flight,
+							 &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* lane deque; caller holds the lock */
+static inline void
+lane_push_back(const LaneEntry *e)
+{
+	spike->lane[(spike->head + spike->count) % lane_capacity] = *e;
+	spike->count++;
+}
+
+static inline void
+lane_push_front(const LaneEntry *e)
+{
+	spike->head = (spike->head + lane_capacity - 1) % lane_capacity;
+	spike->lane[spike->head] = *e;
+	spike->count++;
+}
+
+static inline void
+lane_pop_front(LaneEntry *e)
+{
+	*e = spike->lane[spike->head];
+	spike->head = (spike->head + 1) % lane_capacity;
+	spike->count--;
+}
+
+/* ---------------------------------------------------------------------
+ * helpers
+ * --------------------------------------------------------------------- */
+static Oid
+rel_oid(Oid nsp, const char *name)
+{
+	Oid			oid = get_relname_relid(name, nsp);
+
+	if (!OidIsValid(oid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"pgjq.%s\" of pgjq_spike does not exist", name)));
+	return oid;
+}
+
+static void
+check_ready(void)
+{
+	if (spike == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pgjq_spike is not loaded"),
+				 errhint("Add pgjq_spike to shared_preload_libraries and restart.")));
+	if (cached_db != MyDatabaseId)
+	{
+		Oid			nsp = get_namespace_oid("pgjq", false);
+		char		name[NAMEDATALEN];
+
+		for (int i = 0; i < SPIKE_NSLOTS; i++)
+		{
+			snprintf(name, sizeof(name), "body_%d", i);
+			body_oid[i] = rel_oid(nsp, name);
+		}
+		ledger_oid = rel_oid(nsp, "ledger");
+		done_oid = rel_oid(nsp, "done");
+		jobseq_oid = rel_oid(nsp, "job_id_seq");
+		tokseq_oid = rel_oid(nsp, "token_seq");
+		cached_db = MyDatabaseId;
+	}
+	/* unlocked read: ready and dbid only change in spike_reset() */
+	if (!spike->ready || spike->dbid != MyDatabaseId)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pgjq_spike state is not initialized for this database"),
+				 errhint("Call pgjq.spike_reset(): the spike does not rebuild its shared memory after a restart.")));
+}
+
+#define GROW(arr, n, max, type) \
+	do { \
+		if ((n) >= (max)) \
+		{ \
+			int newmax = (max) == 0 ? 64 : (max) * 2; \
+			if ((arr) == NULL) \
+				(arr) = MemoryContextAlloc(TopMemoryContext, newmax * sizeof(type)); \
+			else \
+				(arr) = repalloc((arr), newmax * sizeof(type)); \
+			(max) = newmax; \
+		} \
+	} while (0)
+
+/*
+ * The slot a producer appends to.  Rotates to the next slot once the current
+ * one holds slot_rows rows, if the next one is clean; otherwise keeps
+ * appending (the real engine grows the ring instead).  Registers this
+ * transaction as a writer of the slot, which keeps it from being truncated
+ * until the transaction ends.
+ */
+static int
+choose_slot(int n)
+{
+	int			s;
+
+	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+	s = spike->cur_slot;
+	if (spike->slots[s].appended >= slot_rows)
+	{
+		int			nx = (s + 1) % SPIKE_NSLOTS;
+
+		if (spike->slots[nx].clean)
+		{
+			spike->slots[s].sealed = true;
+			spike->slots[nx].clean = false;
+			spike->cur_slot = nx;
+			s = nx;
+		}
+		else
+			spike->ring_full++;
+	}
+	spike->slots[s].appended += n;
+	if (!my_writer[s])
+	{
+		spike->slots[s].writers++;
+		my_writer[s] = true;
+		any_writer = true;
+	}
+	LWLockRelease(spike->lock);
+	return s;
+}
+
+/*
+ * Truncate one sealed slot whose jobs are all finished, in the caller's
+ * transaction (at most one per transaction).  Never waits for a lock: a
+ * slot someone still reads (pg_dump, a straggling reader) is tried again
+ * on a later call.
+ */
+static void
+maybe_truncate(void)
+{
+	if (my_truncating >= 0)
+		return;
+	for (int s = 0; s < SPIKE_NSLOTS; s++)
+	{
+		SlotState  *st = &spike->slots[s];
+		bool		mine = false;
+		char		sql[64];
+
+		/* unlocked hint first: this runs on every claim and outcome call */
+		if (!st->sealed || st->truncating || st->open != 0 || st->writers != 0)
+			continue;
+		LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+		if (st->sealed && !st->truncating && st->open == 0 && st->writers == 0 &&
+			s != spike->cur_slot)
+		{
+			st->truncating = true;
+			mine = true;
+		}
+		LWLockRelease(spike->lock);
+		if (!mine)
+			continue;
+		/* from here the abort callback resets st->truncating */
+		my_truncating = s;
+		my_truncating_level = GetCurrentTransactionNestLevel();
+		if (!ConditionalLockRelationOid(body_oid[s], AccessExclusiveLock))
+		{
+			LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+			st->truncating = false;
+			LWLockRelease(spike->lock);
+			my_truncating = -1;
+			continue;
+		}
+		/* TRUNCATE is rare (once per slot): SPI does the catalog work */
+		snprintf(sql, sizeof(sql), "TRUNCATE pgjq.body_%d", s);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
+			elog(ERROR, "%s failed", sql);
+		SPI_finish();
+		return;
+	}
+}
+
+/*
+ * Append bodies to the current slot: heap_insert for one, heap_multi_insert
+ * for more, then the slot's indexes (the spike supports a btree on id only),
+ * and remember the positions for the commit callback.
+ */
+static void
+body_append(int n, Datum *payloads, int64 *ids)
+{
+	int			s = choose_slot(n);
+	Relation	rel = table_open(body_oid[s], RowExclusiveLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	CommandId	cid = GetCurrentCommandId(true);
+	List	   *idxoids = RelationGetIndexList(rel);
+	int			nidx = list_length(idxoids);
+	Relation   *idx = palloc(sizeof(Relation) * Max(nidx, 1));
+	IndexInfo **ii = palloc(sizeof(IndexInfo *) * Max(nidx, 1));
+	ListCell   *lc;
+	int			k = 0;
+	int			level = GetCurrentTransactionNestLevel();
+
+	foreach(lc, idxoids)
+	{
+		idx[k] = index_open(lfirst_oid(lc), RowExclusiveLock);
+		ii[k] = BuildIndexInfo(idx[k]);
+		if (ii[k]->ii_NumIndexAttrs != 1 || ii[k]->ii_IndexAttrNumbers[0] != 1 ||
+			ii[k]->ii_Expressions != NIL || ii[k]->ii_Predicate != NIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("pgjq_spike supports only an index on the id of a body table")));
+		k++;
+	}
+
+	for (int i = 0; i < n; i++)
+		ids[i] = nextval_internal(jobseq_oid, false);
+
+	if (n == 1)
+	{
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+		HeapTuple	tup;
+
+		values[0] = Int64GetDatum(ids[0]);
+		values[1] = TimestampTzGetDatum(now);
+		values[2] = payloads[0];
+		tup = heap_form_tuple(desc, values, nulls);
+		heap_insert(rel, tup, cid, 0, NULL);
+		GROW(p_enq, n_enq, max_enq, PendingEnq);
+		p_enq[n_enq].e.id = ids[0];
+		p_enq[n_enq].e.tid = tup->t_self;
+		p_enq[n_enq].e.slot = s;
+		p_enq[n_enq].level = level;
+		n_enq++;
+	}
+	else
+	{
+		int			chunk = Min(n, SPIKE_MULTI_CHUNK);
+		TupleTableSlot **slots = palloc(sizeof(TupleTableSlot *) * chunk);
+		BulkInsertState bistate = GetBulkInsertState();
+
+		for (int i = 0; i < chunk; i++)
+			slots[i] = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+		for (int done = 0; done < n; done += chunk)
+		{
+			int			m = Min(chunk, n - done);
+
+			for (int i = 0; i < m; i++)
+			{
+				Datum		values[3];
+				bool		nulls[3] = {false, false, false};
+
+				values[0] = Int64GetDatum(ids[done + i]);
+				values[1] = TimestampTzGetDatum(now);
+				values[2] = payloads[done + i];
+				ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slots[i], true);
+			}
+			heap_multi_insert(rel, slots, m, cid, 0, bistate);
+			for (int i = 0; i < m; i++)
+			{
+				GROW(p_enq, n_enq, max_enq, PendingEnq);
+				p_enq[n_enq].e.id = ids[done + i];
+				p_enq[n_enq].e.tid = slots[i]->tts_tid;
+				p_enq[n_enq].e.slot = s;
+				p_enq[n_enq].level = level;
+				n_enq++;
+				ExecClearTuple(slots[i]);
+			}
+		}
+		for (int i = 0; i < chunk; i++)
+			ExecDropSingleTupleTableSlot(slots[i]);
+		FreeBulkInsertState(bistate);
+	}
+
+	/* index entries: the positions of this call are the last n pending */
+	for (int j = 0; j < nidx; j++)
+	{
+		for (int i = n_enq - n; i < n_enq; i++)
+		{
+			Datum		v = Int64GetDatum(p_enq[i].e.id);
+			bool		isnull = false;
+
+			index_insert(idx[j], &v, &isnull, &p_enq[i].e.tid, rel,
+						 UNIQUE_CHECK_NO, false, ii[j]);
+		}
+		index_close(idx[j], NoLock);
+	}
+	table_close(rel, NoLock);
+}
+
+/* ---------------------------------------------------------------------
+ * enqueue
+ * --------------------------------------------------------------------- */
+PG_FUNCTION_INFO_V1(spike_enqueue);
+Datum
+spike_enqueue(PG_FUNCTION_ARGS)
+{
+	Datum		payload = PointerGetDatum(PG_GETARG_JSONB_P(1));
+	int64		id;
+
+	check_ready();
+	body_append(1, &payload, &id);
+	PG_RETURN_INT64(id);
+}
+
+PG_FUNCTION_INFO_V1(spike_enqueue_many);
+Datum
+spike_enqueue_many(PG_FUNCTION_ARGS)
+{
+	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(1);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int64	   *ids;
+
+	check_ready();
+	/* a scalar SETOF: the expected descriptor has the one column */
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	deconstruct_array(arr, JSONBOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("payloads must not contain NULL")));
+	if (n == 0)
+		return (Datum) 0;
+	ids = palloc(sizeof(int64) * n);
+	body_append(n, elems, ids);
+	for (int i = 0; i < n; i++)
+	{
+		Datum		v = Int64GetDatum(ids[i]);
+		bool		isnull = false;
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &v, &isnull);
+	}
+	return (Datum) 0;
+}
+
+/* ---------------------------------------------------------------------
+ * claim
+ * --------------------------------------------------------------------- */
+
+/*
+ * Pop up to n positions from the lane into the in-flight table (CLAIMING),
+ * write one ledger row, and put the claimed jobs (payload read by TID from
+ * the ring, without an MVCC test: a published position proves its producer
+ * committed) into the caller's tuplestore.
+ */
+static void
+do_claim(FunctionCallInfo fcinfo, int batch, Interval *lease)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	LaneEntry  *got;
+	int			k = 0;
+	int64		token;
+	TimestampTz lease_until;
+	TransactionId xid;
+	int			level = GetCurrentTransactionNestLevel();
+	Relation	rels[SPIKE_NSLOTS] = {NULL};
+
+	if (batch < 1 || batch > 10000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and 10000")));
+	/* unlocked hint: an empty poll writes nothing and draws no token */
+	if (spike->count == 0)
+		return;
+
+	xid = GetTopTransactionId();
+	token = nextval_internal(tokseq_oid, false);
+	lease_until = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														  TimestampTzGetDatum(GetCurrentTimestamp()),
+														  IntervalPGetDatum(lease)));
+	got = palloc(sizeof(LaneEntry) * batch);
+	/* room for the local record before anything moves (no failure after) */
+	while (n_claim + batch > max_claim)
+	{
+		int			save = n_claim;
+
+		n_claim = max_claim;
+		GROW(p_claim, n_claim, max_claim, PendingId);
+		n_claim = save;
+	}
+
+	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+	while (k < batch && spike->count > 0)
+	{
+		LaneEntry	e = spike->lane[spike->head];
+		bool		found;
+		InFlight   *f = hash_search(inflight, &e.id, HASH_ENTER_NULL, &found);
+
+		if (f == NULL)
+			break;				/* in-flight table full: claim fewer */
+		Assert(!found);
+		lane_pop_front(&e);
+		f->token = token;
+		f->lease_until = lease_until;
+		f->xid = xid;
+		f->tid = e.tid;
+		f->slot = e.slot;
+		f->state = IF_CLAIMING;
+		got[k++] = e;
+		p_claim[n_claim].id = e.id;
+		p_claim[n_claim].level = level;
+		n_claim++;
+	}
+	spike->held += k;
+	spike->claimed += k;
+	LWLockRelease(spike->lock);
+
+	if (k == 0)
+		return;
+
+	/* the claim's one durable record */
+	{
+		Relation	lrel = table_open(ledger_oid, RowExclusiveLock);
+		Datum	   *idd = palloc(sizeof(Datum) * k);
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		for (int i = 0; i < k; i++)
+			idd[i] = Int64GetDatum(got[i].id);
+		values[0] = Int64GetDatum(token);
+		values[1] = TimestampTzGetDatum(lease_until);
+		values[2] = PointerGetDatum(construct_array(idd, k, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		simple_heap_insert(lrel, heap_form_tuple(RelationGetDescr(lrel), values, nulls));
+		table_close(lrel, NoLock);
+	}
+
+	for (int i = 0; i < k; i++)
+	{
+		Relation	rel;
+		HeapTupleData tup;
+		Buffer		buf;
+		bool		isnull;
+		Datum		values[6];
+		bool		nulls[6] = {false, false, false, false, false, false};
+
+		if (rels[got[i].slot] == NULL)
+			rels[got[i].slot] = table_open(body_oid[got[i].slot], AccessShareLock);
+		rel = rels[got[i].slot];
+		tup.t_self = got[i].tid;
+		if (!heap_fetch(rel, SnapshotAny, &tup, &buf, false))
+			elog(ERROR, "pgjq_spike: body of job " INT64_FORMAT " not found", got[i].id);
+		if (DatumGetInt64(heap_getattr(&tup, 1, RelationGetDescr(rel), &isnull)) != got[i].id)
+			elog(ERROR, "pgjq_spike: body at the position of job " INT64_FORMAT " is another job",
+				 got[i].id);
+		values[0] = Int64GetDatum(got[i].id);
+		values[1] = Int64GetDatum(token);
+		values[2] = Int32GetDatum(1);
+		values[3] = PointerGetDatum(PG_DETOAST_DATUM_COPY(heap_getattr(&tup, 3, RelationGetDescr(rel), &isnull)));
+		values[4] = heap_getattr(&tup, 2, RelationGetDescr(rel), &isnull);
+		values[5] = TimestampTzGetDatum(lease_until);
+		ReleaseBuffer(buf);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	for (int s = 0; s < SPIKE_NSLOTS; s++)
+		if (rels[s])
+			table_close(rels[s], NoLock);
+}
+
+PG_FUNCTION_INFO_V1(spike_claim);
+Datum
+spike_claim(PG_FUNCTION_ARGS)
+{
+	check_ready();
+	InitMaterializedSRF(fcinfo, 0);
+	maybe_truncate();
+	do_claim(fcinfo, PG_GETARG_INT32(1), PG_GETARG_INTERVAL_P(2));
+	return (Datum) 0;
+}
+
+/* ---------------------------------------------------------------------
+ * outcomes
+ * --------------------------------------------------------------------- */
+
+/*
+ * Mark the (id, token) pairs that are OPEN as CLOSING by this transaction and
+ * write one outcome row.  A missing id, a wrong token, a claim not committed
+ * yet: stale, nothing changes.  An entry another transaction is closing: wait
+ * for it to end (the row-lock analogue), then look again.
+ */
+static int64
+do_complete(int n, const int64 *ids, const int64 *toks)
+{
+	TransactionId xid;
+	int			level = GetCurrentTransactionNestLevel();
+	int64	   *okid;
+	int64	   *oktok;
+	int			nok = 0;
+	int			nstale = 0;
+
+	if (n == 0)
+		return 0;
+	xid = GetTopTransactionId();
+	okid = palloc(sizeof(int64) * n);
+	oktok = palloc(sizeof(int64) * n);
+	while (n_close + n > max_close)
+	{
+		int			save = n_close;
+
+		n_close = max_close;
+		GROW(p_close, n_close, max_close, PendingId);
+		n_close = save;
+	}
+
+	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < n; i++)
+	{
+		InFlight   *f;
+
+		for (;;)
+		{
+			TransactionId other;
+
+			f = hash_search(inflight, &ids[i], HASH_FIND, NULL);
+			if (f == NULL || f->token != toks[i] || f->state != IF_CLOSING ||
+				f->xid == xid)
+				break;
+			other = f->xid;
+			LWLockRelease(spike->lock);
+			XactLockTableWait(other, NULL, NULL, XLTW_None);
+			LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+		}
+		if (f == NULL || f->token != toks[i] || f->state != IF_OPEN)
+		{
+			nstale++;
+			continue;
+		}
+		f->state = IF_CLOSING;
+		f->xid = xid;
+		okid[nok] = ids[i];
+		oktok[nok] = toks[i];
+		nok++;
+		p_close[n_close].id = ids[i];
+		p_close[n_close].level = level;
+		n_close++;
+	}
+	spike->stale += nstale;
+	LWLockRelease(spike->lock);
+
+	if (nok > 0)
+	{
+		Relation	drel = table_open(done_oid, RowExclusiveLock);
+		Datum	   *idd = palloc(sizeof(Datum) * nok);
+		Datum	   *tokd = palloc(sizeof(Datum) * nok);
+		int			ntok = 1;
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		for (int i = 0; i < nok; i++)
+		{
+			idd[i] = Int64GetDatum(okid[i]);
+			tokd[i] = Int64GetDatum(oktok[i]);
+			if (oktok[i] != oktok[0])
+				ntok = nok;
+		}
+		values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
+		values[1] = PointerGetDatum(construct_array(tokd, ntok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		values[2] = PointerGetDatum(construct_array(idd, nok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		simple_heap_insert(drel, heap_form_tuple(RelationGetDescr(drel), values, nulls));
+		table_close(drel, NoLock);
+	}
+	return nok;
+}
+
+static int
+int8_array(ArrayType *arr, int64 **out)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ids and tokens must be one-dimensional")));
+	deconstruct_array(arr, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, &nulls, &n);
+	*out = palloc(sizeof(int64) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("ids and tokens must not contain NULL")));
+		(*out)[i] = DatumGetInt64(elems[i]);
+	}
+	return n;
+}
+
+static int64
+complete_arrays(ArrayType *a_ids, ArrayType *a_toks)
+{
+	int64	   *ids,
+			   *toks;
+	int			n = int8_array(a_ids, &ids);
+
+	if (int8_array(a_toks, &toks) != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ids and tokens must have the same length")));
+	return do_complete(n, ids, toks);
+}
+
+PG_FUNCTION_INFO_V1(spike_complete_one);
+Datum
+spike_complete_one(PG_FUNCTION_ARGS)
+{
+	int64		id = PG_GETARG_INT64(0);
+	int64		tok = PG_GETARG_INT64(1);
+
+	check_ready();
+	maybe_truncate();
+	PG_RETURN_BOOL(do_complete(1, &id, &tok) == 1);
+}
+
+PG_FUNCTION_INFO_V1(spike_complete);
+Datum
+spike_complete(PG_FUNCTION_ARGS)
+{
+	check_ready();
+	maybe_truncate();
+	PG_RETURN_INT64(complete_arrays(PG_GETARG_ARRAYTYPE_P(0), PG_GETARG_ARRAYTYPE_P(1)));
+}
+
+/*
+ * complete what the caller holds, then claim the next batch: one statement,
+ * one transaction.  A stale token shows only as fewer completions, which
+ * this spike does not report (the real call needs an output for it).
+ */
+PG_FUNCTION_INFO_V1(spike_complete_and_claim);
+Datum
+spike_complete_and_claim(PG_FUNCTION_ARGS)
+{
+	check_ready();
+	InitMaterializedSRF(fcinfo, 0);
+	maybe_truncate();
+	(void) complete_arrays(PG_GETARG_ARRAYTYPE_P(1), PG_GETARG_ARRAYTYPE_P(2));
+	do_claim(fcinfo, PG_GETARG_INT32(3), PG_GETARG_INTERVAL_P(4));
+	return (Datum) 0;
+}
+
+/* ---------------------------------------------------------------------
+ * transaction callbacks: publish, apply, undo
+ * --------------------------------------------------------------------- */
+static void
+reset_local(void)
+{
+	n_enq = n_claim = n_close = 0;
+	if (any_writer)
+		memset(my_writer, 0, sizeof(my_writer));
+	any_writer = false;
+	my_reserved = 0;
+	my_truncating = -1;
+}
+
+/* give back claims with level >= from (all when from = 0); lock held */
+static void
+undo_claims(int from)
+{
+	int			keep = 0;
+
+	/* newest first, so the lane gets them back in their old order */
+	for (int i = n_claim - 1; i >= 0; i--)
+	{
+		InFlight   *f;
+		LaneEntry	e;
+
+		if (p_claim[i].level < from)
+			continue;
+		f = hash_search(inflight, &p_claim[i].id, HASH_FIND, NULL);
+		if (f == NULL || f->state != IF_CLAIMING)
+			continue;			/* cannot happen; never fail here */
+		e.id = f->id;
+		e.tid = f->tid;
+		e.slot = f->slot;
+		lane_push_front(&e);
+		hash_search(inflight, &p_claim[i].id, HASH_REMOVE, NULL);
+		spike->held--;
+		spike->returned++;
+	}
+	for (int i = 0; i < n_claim; i++)
+		if (p_claim[i].level < from)
+			p_claim[keep++] = p_claim[i];
+	n_claim = keep;
+}
+
+/* reopen closes with level >= from; lock held */
+static void
+undo_closes(int from)
+{
+	int			keep = 0;
+
+	for (int i = 0; i < n_close; i++)
+	{
+		if (p_close[i].level < from)
+		{
+			p_close[keep++] = p_close[i];
+			continue;
+		}
+		{
+			InFlight   *f = hash_search(inflight, &p_close[i].id, HASH_FIND, NULL);
+
+			if (f != NULL && f->state == IF_CLOSING)
+			{
+				f->state = IF_OPEN;
+				f->xid = InvalidTransactionId;
+			}
+		}
+	}
+	n_close = keep;
+}
+
+static void
+spike_xact_callback(XactEvent event, void *arg)
+{
+	bool		pending = n_enq > 0 || n_claim > 0 || n_close > 0 || any_writer ||
+		my_truncating >= 0;
+
+	if (!pending || spike == NULL)
+		return;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot PREPARE a transaction that enqueued, claimed or completed jobs of pgjq_spike")));
+			break;
+		case XACT_EVENT_PRE_COMMIT:
+			/* reserve lane room now: the commit callback must not fail */
+			if (n_enq > 0)
+			{
+				LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+				if ((int64) spike->count + spike->reserved + spike->held + n_enq > lane_capacity)
+				{
+					LWLockRelease(spike->lock);
+					ereport(ERROR,
+							(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+							 errmsg("pgjq_spike lane is full (%d positions)", lane_capacity),
+							 errhint("Raise pgjq_spike.lane_capacity or drain the queue.")));
+				}
+				spike->reserved += n_enq;
+				my_reserved = n_enq;
+				LWLockRelease(spike->lock);
+			}
+			break;
+		case XACT_EVENT_COMMIT:
+			LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+			for (int i = 0; i < n_enq; i++)
+			{
+				lane_push_back(&p_enq[i].e);
+				spike->slots[p_enq[i].e.slot].open++;
+			}
+			spike->published += n_enq;
+			spike->reserved -= my_reserved;
+			for (int s = 0; s < SPIKE_NSLOTS; s++)
+				if (my_writer[s])
+					spike->slots[s].writers--;
+			for (int i = 0; i < n_claim; i++)
+			{
+				InFlight   *f = hash_search(inflight, &p_claim[i].id, HASH_FIND, NULL);
+
+				if (f != NULL && f->state == IF_CLAIMING)
+				{
+					f->state = IF_OPEN;
+					f->xid = InvalidTransactionId;
+					spike->held--;
+				}
+			}
+			for (int i = 0; i < n_close; i++)
+			{
+				InFlight   *f = hash_search(inflight, &p_close[i].id, HASH_FIND, NULL);
+
+				if (f != NULL && f->state == IF_CLOSING)
+				{
+					spike->slots[f->slot].open--;
+					hash_search(inflight, &p_close[i].id, HASH_REMOVE, NULL);
+					spike->completed++;
+				}
+			}
+			if (my_truncating >= 0)
+			{
+				SlotState  *st = &spike->slots[my_truncating];
+
+				st->truncating = false;
+				st->sealed = false;
+				st->clean = true;
+				st->appended = 0;
+				spike->truncations++;
+			}
+			LWLockRelease(spike->lock);
+			reset_local();
+			break;
+		case XACT_EVENT_ABORT:
+			LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+			spike->reserved -= my_reserved;
+			for (int s = 0; s < SPIKE_NSLOTS; s++)
+				if (my_writer[s])
+					spike->slots[s].writers--;
+			undo_claims(0);
+			undo_closes(0);
+			if (my_truncating >= 0)
+				spike->slots[my_truncating].truncating = false;
+			LWLockRelease(spike->lock);
+			reset_local();
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+spike_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	int			level;
+
+	if (spike == NULL || (n_enq == 0 && n_claim == 0 && n_close == 0 && my_truncating < 0))
+		return;
+	level = GetCurrentTransactionNestLevel();
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		int			keep = 0;
+
+		/* rows of a rolled-back savepoint are never published */
+		for (int i = 0; i < n_enq; i++)
+			if (p_enq[i].level < level)
+				p_enq[keep++] = p_enq[i];
+		n_enq = keep;
+		LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+		undo_claims(level);
+		undo_closes(level);
+		if (my_truncating >= 0 && my_truncating_level >= level)
+		{
+			spike->slots[my_truncating].truncating = false;
+			my_truncating = -1;
+		}
+		LWLockRelease(spike->lock);
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		for (int i = 0; i < n_enq; i++)
+			if (p_enq[i].level >= level)
+				p_enq[i].level = level - 1;
+		for (int i = 0; i < n_claim; i++)
+			if (p_claim[i].level >= level)
+				p_claim[i].level = level - 1;
+		for (int i = 0; i < n_close; i++)
+			if (p_close[i].level >= level)
+				p_close[i].level = level - 1;
+		if (my_truncating >= 0 && my_truncating_level >= level)
+			my_truncating_level = level - 1;
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * maintenance and observability
+ * --------------------------------------------------------------------- */
+PG_FUNCTION_INFO_V1(spike_reset);
+Datum
+spike_reset(PG_FUNCTION_ARGS)
+{
+	HASH_SEQ_STATUS hs;
+	InFlight   *f;
+
+	if (spike == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pgjq_spike is not loaded"),
+				 errhint("Add pgjq_spike to shared_preload_libraries and restart.")));
+	if (n_enq > 0 || n_claim > 0 || n_close > 0 || any_writer)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pgjq.spike_reset() must run in a transaction of its own")));
+	cached_db = InvalidOid;
+	spike->ready = false;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	SPI_execute("TRUNCATE pgjq.body_0, pgjq.body_1, pgjq.body_2, pgjq.body_3, pgjq.ledger, pgjq.done",
+				false, 0);
+	SPI_finish();
+
+	/* not transactional: the caller makes sure nobody else is active */
+	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+	hash_seq_init(&hs, inflight);
+	while ((f = hash_seq_search(&hs)) != NULL)
+		hash_search(inflight, &f->id, HASH_REMOVE, NULL);
+	memset(((char *) spike) + offsetof(SpikeShared, ready), 0,
+		   offsetof(SpikeShared, lane) - offsetof(SpikeShared, ready));
+	for (int s = 0; s < SPIKE_NSLOTS; s++)
+		spike->slots[s].clean = (s != 0);
+	spike->cur_slot = 0;
+	spike->dbid = MyDatabaseId;
+	spike->ready = true;
+	LWLockRelease(spike->lock);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(spike_stats);
+Datum
+spike_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[12];
+	bool		nulls[12] = {0};
+	Datum		open[SPIKE_NSLOTS],
+				app[SPIKE_NSLOTS];
+
+	if (spike == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pgjq_spike is not loaded")));
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	LWLockAcquire(spike->lock, LW_SHARED);
+	values[0] = Int64GetDatum(spike->count);
+	values[1] = Int64GetDatum(hash_get_num_entries(inflight));
+	values[2] = Int64GetDatum(spike->published);
+	values[3] = Int64GetDatum(spike->claimed);
+	values[4] = Int64GetDatum(spike->completed);
+	values[5] = Int64GetDatum(spike->stale);
+	values[6] = Int64GetDatum(spike->returned);
+	values[7] = Int64GetDatum(spike->truncations);
+	values[8] = Int64GetDatum(spike->ring_full);
+	values[9] = Int32GetDatum(spike->cur_slot);
+	for (int s = 0; s < SPIKE_NSLOTS; s++)
+	{
+		open[s] = Int64GetDatum(spike->slots[s].open);
+		app[s] = Int64GetDatum(spike->slots[s].appended);
+	}
+	LWLockRelease(spike->lock);
+	values[10] = PointerGetDatum(construct_array(open, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[11] = PointerGetDatum(construct_array(app, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
+
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	DefineCustomIntVariable("pgjq_spike.lane_capacity",
+							"Positions the lane can hold (published, being claimed, being committed).",
+							NULL, &lane_capacity, 1048576, 1024, 64 * 1024 * 1024,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("pgjq_spike.max_in_flight",
+							"Jobs that can be claimed and not yet completed.",
+							NULL, &max_in_flight, 65536, 64, 16 * 1024 * 1024,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("pgjq_spike.slot_rows",
+							"Rows appended to a body slot before producers move to the next one.",
+							NULL, &slot_rows, 100000, 1, INT_MAX,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("pgjq_spike");
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = spike_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = spike_shmem_startup;
+	RegisterXactCallback(spike_xact_callback, NULL);
+	RegisterSubXactCallback(spike_subxact_callback, NULL);
+}
