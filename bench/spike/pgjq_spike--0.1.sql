@@ -10,13 +10,21 @@
 
 /*
  * The body ring: jobs are appended once and never updated or deleted; a slot
- * comes back by TRUNCATE when every job in it is finished.  All columns are
- * NOT NULL, so the tuple header stays 24 bytes.  autovacuum is off: there is
+ * comes back by TRUNCATE when every job in it is finished.  A retry (fail) or
+ * a rescue of an expired lease appends a new version of the job (same id,
+ * attempt + 1, after_token = the claim it closed); the newest version is the
+ * job.  after_token and attempt are NULL for a new job, which costs nothing:
+ * with five columns the null bitmap fits the header's 24 bytes.  autovacuum is off: there is
  * nothing to vacuum (no dead tuples but those of rolled-back producers, which
  * go with the TRUNCATE), and insert-driven vacuum or analyze would only cost.
  */
-CREATE TABLE pgjq.body_0 (id bigint NOT NULL, enqueued_at timestamptz NOT NULL, payload jsonb NOT NULL)
-	WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.body_0 (
+	id				bigint NOT NULL,
+	after_token		bigint,			/* a re-append: the claim it closed; NULL for a new job */
+	enqueued_at		timestamptz NOT NULL,
+	attempt			integer,		/* NULL = 1 */
+	payload			jsonb NOT NULL
+) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.body_1 (LIKE pgjq.body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.body_2 (LIKE pgjq.body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.body_3 (LIKE pgjq.body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -29,19 +37,26 @@ CREATE INDEX body_1_id ON pgjq.body_1 (id);
 CREATE INDEX body_2_id ON pgjq.body_2 (id);
 CREATE INDEX body_3_id ON pgjq.body_3 (id);
 
-/* one row per claim call that claimed something */
+/*
+ * one row per claim call that claimed something (kind NULL), and one per
+ * heartbeat (kind 'h': the lease of that token's jobs moved to lease_until)
+ */
 CREATE TABLE pgjq.ledger (
 	token			bigint NOT NULL,
 	lease_until		timestamptz NOT NULL,
+	kind			"char",
 	ids				bigint[] NOT NULL
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 
 /*
  * one row per outcome call that closed something; tokens has one element
- * when every closed job came from the same claim (the usual case)
+ * when every closed job came from the same claim (the usual case).  kind
+ * NULL: completed; 'f': failed and appended again; 'r': lease expired,
+ * rescued and appended again.
  */
 CREATE TABLE pgjq.done (
 	finished_at		timestamptz NOT NULL,
+	kind			"char",
 	tokens			bigint[] NOT NULL,
 	ids				bigint[] NOT NULL
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -77,6 +92,24 @@ CREATE FUNCTION pgjq.complete_and_claim(queue text, ids bigint[], tokens bigint[
 										batch integer DEFAULT 1, lease interval DEFAULT '5 min')
 RETURNS SETOF pgjq.claimed LANGUAGE c STRICT ROWS 10 AS 'MODULE_PATHNAME', 'spike_complete_and_claim';
 
+CREATE FUNCTION pgjq.fail(id bigint, token bigint, error text DEFAULT NULL)
+RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'spike_fail';
+
+CREATE FUNCTION pgjq.heartbeat(id bigint, token bigint, extend interval DEFAULT '5 min')
+RETURNS timestamptz LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'spike_heartbeat';
+
+/* what the background worker would do: re-append jobs whose lease expired */
+CREATE FUNCTION pgjq.rescue(max_jobs integer DEFAULT 1000)
+RETURNS bigint LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'spike_rescue';
+
+/*
+ * the shared-memory state rebuilt from the tables (the first call after a
+ * restart does it by itself); returns the milliseconds it took
+ */
+CREATE FUNCTION pgjq.spike_rebuild(
+	OUT ms double precision, OUT ready bigint, OUT in_flight bigint, OUT body_rows bigint)
+RETURNS record LANGUAGE c AS 'MODULE_PATHNAME', 'spike_rebuild';
+
 /* empty every table and the shared-memory state (no other session may be active) */
 CREATE FUNCTION pgjq.spike_reset()
 RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'spike_reset';
@@ -84,7 +117,8 @@ RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'spike_reset';
 CREATE FUNCTION pgjq.spike_stats(
 	OUT ready bigint, OUT in_flight bigint, OUT published bigint, OUT claimed bigint,
 	OUT completed bigint, OUT stale bigint, OUT returned bigint, OUT truncations bigint,
-	OUT ring_full bigint, OUT cur_slot integer, OUT slot_open bigint[], OUT slot_appended bigint[])
+	OUT ring_full bigint, OUT rescued bigint, OUT failed bigint, OUT rebuilds bigint,
+	OUT cur_slot integer, OUT slot_open bigint[], OUT slot_appended bigint[])
 RETURNS record LANGUAGE c AS 'MODULE_PATHNAME', 'spike_stats';
 
 /* what bench/run's helpers read: jobs not finished */

@@ -8,9 +8,16 @@
  *	  one compact ledger row per claim call and one compact row per outcome
  *	  call, space back by TRUNCATE of a ring slot.  No UPDATE, no DELETE.
  *
- *	  Throwaway: one queue, one lane, no rescue of expired leases, no
- *	  rebuild after a restart (pgjq.spike_reset() starts from empty), no
- *	  history retention.  See bench/spike/README.md.
+ *	  Stage 2 of the spike adds what the engine's correctness rests on
+ *	  beyond the hot path: fail and rescue of an expired lease append a new
+ *	  version of the job (same id, attempt + 1, after_token = the claim it
+ *	  closes), heartbeats write a ledger row, and the shared-memory state is
+ *	  rebuilt from the durable rows after a crash or restart (a full scan of
+ *	  the live ring, the ledger and the outcome rows).
+ *
+ *	  Throwaway: one queue, one lane, no history retention (ledger and done
+ *	  only grow), no backoff (a failed job is ready again at once).  See
+ *	  bench/spike/README.md.
  *
  * Locking rules (the whole file):
  *	  - One LWLock (spike->lock) protects every shared field: the lane (a
@@ -21,8 +28,10 @@
  *	  - Each job position is in exactly one place: a producer's local pending
  *		list (not yet committed), the lane (committed, claimable), the
  *		in-flight hash as CLAIMING (claimed by an open transaction), OPEN
- *		(claim committed), CLOSING (an open transaction completes it), or
- *		gone (completion committed).  Moves between them happen under the
+ *		(claim committed), EXTENDING (an open transaction heartbeats it),
+ *		CLOSING (an open transaction completes, fails or rescues it), or
+ *		gone (completion committed; a failed or rescued job's new version
+ *		is then a new position, published by the same commit).  Moves between them happen under the
  *		lock, in a function call or in a commit/abort callback; callbacks
  *		never allocate or fail (lane capacity is reserved at PRE_COMMIT,
  *		in-flight entries are created at claim time).
@@ -40,6 +49,7 @@
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
@@ -72,6 +82,14 @@ PG_MODULE_MAGIC;
 #define SPIKE_NSLOTS 4
 #define SPIKE_MULTI_CHUNK 1000	/* heap_multi_insert batch, as COPY uses */
 
+/* columns of a body slot (pgjq_spike--0.1.sql) */
+#define BODY_ID 1
+#define BODY_AFTER 2
+#define BODY_ENQUEUED 3
+#define BODY_ATTEMPT 4
+#define BODY_PAYLOAD 5
+#define BODY_NATTS 5
+
 /* a published position: which job, where its body is */
 typedef struct LaneEntry
 {
@@ -84,7 +102,9 @@ typedef enum
 {
 	IF_CLAIMING,				/* claimed by xid, not committed */
 	IF_OPEN,					/* claim committed: the token is valid */
-	IF_CLOSING					/* completed by xid, not committed */
+	IF_EXTENDING,				/* heartbeated by xid, not committed */
+	IF_CLOSING					/* completed, failed or rescued by xid, not
+								 * committed */
 } InFlightState;
 
 typedef struct InFlight
@@ -128,6 +148,9 @@ typedef struct SpikeShared
 	int64		returned;
 	int64		truncations;
 	int64		ring_full;
+	int64		rescued;
+	int64		failed;
+	int64		rebuilds;
 	LaneEntry	lane[FLEXIBLE_ARRAY_MEMBER];
 } SpikeShared;
 
@@ -165,6 +188,20 @@ static int	n_claim = 0,
 static PendingId *p_close = NULL;
 static int	n_close = 0,
 			max_close = 0;
+
+/* a heartbeat of this transaction: the lease to set at commit */
+typedef struct PendingExt
+{
+	int64		id;
+	TimestampTz lease_until;
+	int			level;
+} PendingExt;
+
+static PendingExt *p_ext = NULL;
+static int	n_ext = 0,
+			max_ext = 0;
+static int64 my_rescued = 0;
+static int64 my_failed = 0;
 static bool my_writer[SPIKE_NSLOTS];
 static bool any_writer = false;
 static int64 my_reserved = 0;
@@ -265,6 +302,8 @@ rel_oid(Oid nsp, const char *name)
 	return oid;
 }
 
+static void rebuild_state(double *ms, int64 *nready, int64 *ninflight, int64 *nrows);
+
 static void
 check_ready(void)
 {
@@ -289,12 +328,28 @@ check_ready(void)
 		tokseq_oid = rel_oid(nsp, "token_seq");
 		cached_db = MyDatabaseId;
 	}
-	/* unlocked read: ready and dbid only change in spike_reset() */
-	if (!spike->ready || spike->dbid != MyDatabaseId)
+	/*
+	 * Unlocked read: ready only goes from false to true (rebuild, reset)
+	 * while the server runs; a restart or crash starts from false.
+	 */
+	if (!spike->ready)
+	{
+		/*
+		 * The first call after a start rebuilds; concurrent first calls wait
+		 * for it on the lock and then find the state ready.  Nothing else
+		 * takes ExclusiveLock on done, and no transaction writes to it while
+		 * the state is not ready.
+		 */
+		LockRelationOid(done_oid, ExclusiveLock);
+		if (!spike->ready)
+			rebuild_state(NULL, NULL, NULL, NULL);
+		UnlockRelationOid(done_oid, ExclusiveLock);
+	}
+	if (spike->dbid != MyDatabaseId)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pgjq_spike state is not initialized for this database"),
-				 errhint("Call pgjq.spike_reset(): the spike does not rebuild its shared memory after a restart.")));
+				 errmsg("pgjq_spike state belongs to another database"),
+				 errhint("The spike serves one database; call pgjq.spike_reset() in the one to use.")));
 }
 
 #define GROW(arr, n, max, type) \
@@ -307,6 +362,18 @@ check_ready(void)
 			else \
 				(arr) = repalloc((arr), newmax * sizeof(type)); \
 			(max) = newmax; \
+		} \
+	} while (0)
+
+/* room for m more entries in a pending list, before anything moves */
+#define RESERVE(arr, n, max, type, m) \
+	do { \
+		while ((n) + (m) > (max)) \
+		{ \
+			int save = (n); \
+			(n) = (max); \
+			GROW(arr, n, max, type); \
+			(n) = save; \
 		} \
 	} while (0)
 
@@ -401,13 +468,34 @@ maybe_truncate(void)
 	}
 }
 
+/* one body row: a new job (after == NULL) or the next version of one */
+static void
+body_values(Datum *values, bool *nulls, int i, const int64 *ids, Datum *payloads,
+			TimestampTz now, const TimestampTz *enq_at, const int64 *after,
+			const int32 *attempt)
+{
+	values[BODY_ID - 1] = Int64GetDatum(ids[i]);
+	nulls[BODY_ID - 1] = false;
+	values[BODY_AFTER - 1] = after ? Int64GetDatum(after[i]) : (Datum) 0;
+	nulls[BODY_AFTER - 1] = (after == NULL);
+	values[BODY_ENQUEUED - 1] = TimestampTzGetDatum(enq_at ? enq_at[i] : now);
+	nulls[BODY_ENQUEUED - 1] = false;
+	values[BODY_ATTEMPT - 1] = attempt ? Int32GetDatum(attempt[i]) : (Datum) 0;
+	nulls[BODY_ATTEMPT - 1] = (attempt == NULL || attempt[i] == 1);
+	values[BODY_PAYLOAD - 1] = payloads[i];
+	nulls[BODY_PAYLOAD - 1] = false;
+}
+
 /*
  * Append bodies to the current slot: heap_insert for one, heap_multi_insert
  * for more, then the slot's indexes (the spike supports a btree on id only),
- * and remember the positions for the commit callback.
+ * and remember the positions for the commit callback.  New jobs (after ==
+ * NULL) draw their ids here; a re-append (fail, rescue) keeps the job's id,
+ * enqueue time and payload and records the claim it closes in after_token.
  */
 static void
-body_append(int n, Datum *payloads, int64 *ids)
+body_append(int n, Datum *payloads, int64 *ids, const TimestampTz *enq_at,
+			const int64 *after, const int32 *attempt)
 {
 	int			s = choose_slot(n);
 	Relation	rel = table_open(body_oid[s], RowExclusiveLock);
@@ -434,18 +522,17 @@ body_append(int n, Datum *payloads, int64 *ids)
 		k++;
 	}
 
-	for (int i = 0; i < n; i++)
-		ids[i] = nextval_internal(jobseq_oid, false);
+	if (after == NULL)
+		for (int i = 0; i < n; i++)
+			ids[i] = nextval_internal(jobseq_oid, false);
 
 	if (n == 1)
 	{
-		Datum		values[3];
-		bool		nulls[3] = {false, false, false};
+		Datum		values[BODY_NATTS];
+		bool		nulls[BODY_NATTS];
 		HeapTuple	tup;
 
-		values[0] = Int64GetDatum(ids[0]);
-		values[1] = TimestampTzGetDatum(now);
-		values[2] = payloads[0];
+		body_values(values, nulls, 0, ids, payloads, now, enq_at, after, attempt);
 		tup = heap_form_tuple(desc, values, nulls);
 		heap_insert(rel, tup, cid, 0, NULL);
 		GROW(p_enq, n_enq, max_enq, PendingEnq);
@@ -469,12 +556,10 @@ body_append(int n, Datum *payloads, int64 *ids)
 
 			for (int i = 0; i < m; i++)
 			{
-				Datum		values[3];
-				bool		nulls[3] = {false, false, false};
+				Datum		values[BODY_NATTS];
+				bool		nulls[BODY_NATTS];
 
-				values[0] = Int64GetDatum(ids[done + i]);
-				values[1] = TimestampTzGetDatum(now);
-				values[2] = payloads[done + i];
+				body_values(values, nulls, done + i, ids, payloads, now, enq_at, after, attempt);
 				ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slots[i], true);
 			}
 			heap_multi_insert(rel, slots, m, cid, 0, bistate);
@@ -521,7 +606,7 @@ spike_enqueue(PG_FUNCTION_ARGS)
 	int64		id;
 
 	check_ready();
-	body_append(1, &payload, &id);
+	body_append(1, &payload, &id, NULL, NULL, NULL);
 	PG_RETURN_INT64(id);
 }
 
@@ -548,7 +633,7 @@ spike_enqueue_many(PG_FUNCTION_ARGS)
 	if (n == 0)
 		return (Datum) 0;
 	ids = palloc(sizeof(int64) * n);
-	body_append(n, elems, ids);
+	body_append(n, elems, ids, NULL, NULL, NULL);
 	for (int i = 0; i < n; i++)
 	{
 		Datum		v = Int64GetDatum(ids[i]);
@@ -596,14 +681,7 @@ do_claim(FunctionCallInfo fcinfo, int batch, Interval *lease)
 														  IntervalPGetDatum(lease)));
 	got = palloc(sizeof(LaneEntry) * batch);
 	/* room for the local record before anything moves (no failure after) */
-	while (n_claim + batch > max_claim)
-	{
-		int			save = n_claim;
-
-		n_claim = max_claim;
-		GROW(p_claim, n_claim, max_claim, PendingId);
-		n_claim = save;
-	}
+	RESERVE(p_claim, n_claim, max_claim, PendingId, batch);
 
 	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
 	while (k < batch && spike->count > 0)
@@ -638,14 +716,15 @@ do_claim(FunctionCallInfo fcinfo, int batch, Interval *lease)
 	{
 		Relation	lrel = table_open(ledger_oid, RowExclusiveLock);
 		Datum	   *idd = palloc(sizeof(Datum) * k);
-		Datum		values[3];
-		bool		nulls[3] = {false, false, false};
+		Datum		values[4];
+		bool		nulls[4] = {false, false, true, false};
 
 		for (int i = 0; i < k; i++)
 			idd[i] = Int64GetDatum(got[i].id);
 		values[0] = Int64GetDatum(token);
 		values[1] = TimestampTzGetDatum(lease_until);
-		values[2] = PointerGetDatum(construct_array(idd, k, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		values[2] = (Datum) 0;
+		values[3] = PointerGetDatum(construct_array(idd, k, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		simple_heap_insert(lrel, heap_form_tuple(RelationGetDescr(lrel), values, nulls));
 		table_close(lrel, NoLock);
 	}
@@ -665,14 +744,16 @@ do_claim(FunctionCallInfo fcinfo, int batch, Interval *lease)
 		tup.t_self = got[i].tid;
 		if (!heap_fetch(rel, SnapshotAny, &tup, &buf, false))
 			elog(ERROR, "pgjq_spike: body of job " INT64_FORMAT " not found", got[i].id);
-		if (DatumGetInt64(heap_getattr(&tup, 1, RelationGetDescr(rel), &isnull)) != got[i].id)
+		if (DatumGetInt64(heap_getattr(&tup, BODY_ID, RelationGetDescr(rel), &isnull)) != got[i].id)
 			elog(ERROR, "pgjq_spike: body at the position of job " INT64_FORMAT " is another job",
 				 got[i].id);
 		values[0] = Int64GetDatum(got[i].id);
 		values[1] = Int64GetDatum(token);
-		values[2] = Int32GetDatum(1);
-		values[3] = PointerGetDatum(PG_DETOAST_DATUM_COPY(heap_getattr(&tup, 3, RelationGetDescr(rel), &isnull)));
-		values[4] = heap_getattr(&tup, 2, RelationGetDescr(rel), &isnull);
+		values[2] = heap_getattr(&tup, BODY_ATTEMPT, RelationGetDescr(rel), &isnull);
+		if (isnull)
+			values[2] = Int32GetDatum(1);
+		values[3] = PointerGetDatum(PG_DETOAST_DATUM_COPY(heap_getattr(&tup, BODY_PAYLOAD, RelationGetDescr(rel), &isnull)));
+		values[4] = heap_getattr(&tup, BODY_ENQUEUED, RelationGetDescr(rel), &isnull);
 		values[5] = TimestampTzGetDatum(lease_until);
 		ReleaseBuffer(buf);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
@@ -697,19 +778,106 @@ spike_claim(PG_FUNCTION_ARGS)
  * outcomes
  * --------------------------------------------------------------------- */
 
+/* is a heartbeat of this transaction (level < from) pending for id? */
+static bool
+ext_pending(int64 id, int from)
+{
+	for (int i = 0; i < n_ext; i++)
+		if (p_ext[i].id == id && p_ext[i].level < from)
+			return true;
+	return false;
+}
+
 /*
- * Mark the (id, token) pairs that are OPEN as CLOSING by this transaction and
- * write one outcome row.  A missing id, a wrong token, a claim not committed
- * yet: stale, nothing changes.  An entry another transaction is closing: wait
- * for it to end (the row-lock analogue), then look again.
+ * Write the outcome row of closed jobs and, for a failure or a rescue, append
+ * each job's next version (same id, enqueue time and payload, attempt + 1,
+ * after_token = the closed claim), published when this transaction commits.
+ */
+static void
+close_found(int nok, const int64 *okid, const int64 *oktok, const ItemPointerData *oktid,
+			const uint16 *okslot, char kind)
+{
+	Relation	drel = table_open(done_oid, RowExclusiveLock);
+	Datum	   *idd = palloc(sizeof(Datum) * nok);
+	Datum	   *tokd = palloc(sizeof(Datum) * nok);
+	int			ntok = 1;
+	Datum		values[4];
+	bool		nulls[4] = {false, kind == 0, false, false};
+
+	for (int i = 0; i < nok; i++)
+	{
+		idd[i] = Int64GetDatum(okid[i]);
+		tokd[i] = Int64GetDatum(oktok[i]);
+		if (oktok[i] != oktok[0])
+			ntok = nok;
+	}
+	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[1] = CharGetDatum(kind);
+	values[2] = PointerGetDatum(construct_array(tokd, ntok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[3] = PointerGetDatum(construct_array(idd, nok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	simple_heap_insert(drel, heap_form_tuple(RelationGetDescr(drel), values, nulls));
+	table_close(drel, NoLock);
+
+	if (kind != 0)
+	{
+		Datum	   *payloads = palloc(sizeof(Datum) * nok);
+		TimestampTz *enq = palloc(sizeof(TimestampTz) * nok);
+		int32	   *attempt = palloc(sizeof(int32) * nok);
+		int64	   *ids = palloc(sizeof(int64) * nok);
+		Relation	rels[SPIKE_NSLOTS] = {NULL};
+
+		for (int i = 0; i < nok; i++)
+		{
+			HeapTupleData tup;
+			Buffer		buf;
+			bool		isnull;
+			Relation	rel;
+			TupleDesc	desc;
+
+			if (rels[okslot[i]] == NULL)
+				rels[okslot[i]] = table_open(body_oid[okslot[i]], AccessShareLock);
+			rel = rels[okslot[i]];
+			desc = RelationGetDescr(rel);
+			tup.t_self = oktid[i];
+			if (!heap_fetch(rel, SnapshotAny, &tup, &buf, false))
+				elog(ERROR, "pgjq_spike: body of job " INT64_FORMAT " not found", okid[i]);
+			ids[i] = okid[i];
+			payloads[i] = PointerGetDatum(PG_DETOAST_DATUM_COPY(heap_getattr(&tup, BODY_PAYLOAD, desc, &isnull)));
+			enq[i] = DatumGetTimestampTz(heap_getattr(&tup, BODY_ENQUEUED, desc, &isnull));
+			attempt[i] = DatumGetInt32(heap_getattr(&tup, BODY_ATTEMPT, desc, &isnull));
+			if (isnull)
+				attempt[i] = 1;
+			attempt[i]++;
+			ReleaseBuffer(buf);
+		}
+		for (int s = 0; s < SPIKE_NSLOTS; s++)
+			if (rels[s])
+				table_close(rels[s], NoLock);
+		body_append(nok, payloads, ids, enq, oktok, attempt);
+		if (kind == 'f')
+			my_failed += nok;
+		else
+			my_rescued += nok;
+	}
+}
+
+/*
+ * Mark the (id, token) pairs that are OPEN (or that this transaction
+ * heartbeats) as CLOSING by this transaction and write one outcome row of
+ * the kind (0 completed, 'f' failed).  A missing id, a wrong token, a claim
+ * not committed yet: stale, nothing changes.  An entry another transaction
+ * is closing or extending: wait for it to end (the row-lock analogue), then
+ * look again.
  */
 static int64
-do_complete(int n, const int64 *ids, const int64 *toks)
+do_close(int n, const int64 *ids, const int64 *toks, char kind)
 {
 	TransactionId xid;
 	int			level = GetCurrentTransactionNestLevel();
 	int64	   *okid;
 	int64	   *oktok;
+	ItemPointerData *oktid;
+	uint16	   *okslot;
 	int			nok = 0;
 	int			nstale = 0;
 
@@ -718,14 +886,9 @@ do_complete(int n, const int64 *ids, const int64 *toks)
 	xid = GetTopTransactionId();
 	okid = palloc(sizeof(int64) * n);
 	oktok = palloc(sizeof(int64) * n);
-	while (n_close + n > max_close)
-	{
-		int			save = n_close;
-
-		n_close = max_close;
-		GROW(p_close, n_close, max_close, PendingId);
-		n_close = save;
-	}
+	oktid = palloc(sizeof(ItemPointerData) * n);
+	okslot = palloc(sizeof(uint16) * n);
+	RESERVE(p_close, n_close, max_close, PendingId, n);
 
 	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < n; i++)
@@ -737,15 +900,16 @@ do_complete(int n, const int64 *ids, const int64 *toks)
 			TransactionId other;
 
 			f = hash_search(inflight, &ids[i], HASH_FIND, NULL);
-			if (f == NULL || f->token != toks[i] || f->state != IF_CLOSING ||
-				f->xid == xid)
+			if (f == NULL || f->token != toks[i] ||
+				(f->state != IF_CLOSING && f->state != IF_EXTENDING) || f->xid == xid)
 				break;
 			other = f->xid;
 			LWLockRelease(spike->lock);
 			XactLockTableWait(other, NULL, NULL, XLTW_None);
 			LWLockAcquire(spike->lock, LW_EXCLUSIVE);
 		}
-		if (f == NULL || f->token != toks[i] || f->state != IF_OPEN)
+		if (f == NULL || f->token != toks[i] ||
+			!(f->state == IF_OPEN || (f->state == IF_EXTENDING && f->xid == xid)))
 		{
 			nstale++;
 			continue;
@@ -754,6 +918,8 @@ do_complete(int n, const int64 *ids, const int64 *toks)
 		f->xid = xid;
 		okid[nok] = ids[i];
 		oktok[nok] = toks[i];
+		oktid[nok] = f->tid;
+		okslot[nok] = f->slot;
 		nok++;
 		p_close[n_close].id = ids[i];
 		p_close[n_close].level = level;
@@ -763,27 +929,7 @@ do_complete(int n, const int64 *ids, const int64 *toks)
 	LWLockRelease(spike->lock);
 
 	if (nok > 0)
-	{
-		Relation	drel = table_open(done_oid, RowExclusiveLock);
-		Datum	   *idd = palloc(sizeof(Datum) * nok);
-		Datum	   *tokd = palloc(sizeof(Datum) * nok);
-		int			ntok = 1;
-		Datum		values[3];
-		bool		nulls[3] = {false, false, false};
-
-		for (int i = 0; i < nok; i++)
-		{
-			idd[i] = Int64GetDatum(okid[i]);
-			tokd[i] = Int64GetDatum(oktok[i]);
-			if (oktok[i] != oktok[0])
-				ntok = nok;
-		}
-		values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
-		values[1] = PointerGetDatum(construct_array(tokd, ntok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		values[2] = PointerGetDatum(construct_array(idd, nok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		simple_heap_insert(drel, heap_form_tuple(RelationGetDescr(drel), values, nulls));
-		table_close(drel, NoLock);
-	}
+		close_found(nok, okid, oktok, oktid, okslot, kind);
 	return nok;
 }
 
@@ -822,7 +968,7 @@ complete_arrays(ArrayType *a_ids, ArrayType *a_toks)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ids and tokens must have the same length")));
-	return do_complete(n, ids, toks);
+	return do_close(n, ids, toks, 0);
 }
 
 PG_FUNCTION_INFO_V1(spike_complete_one);
@@ -834,7 +980,7 @@ spike_complete_one(PG_FUNCTION_ARGS)
 
 	check_ready();
 	maybe_truncate();
-	PG_RETURN_BOOL(do_complete(1, &id, &tok) == 1);
+	PG_RETURN_BOOL(do_close(1, &id, &tok, 0) == 1);
 }
 
 PG_FUNCTION_INFO_V1(spike_complete);
@@ -863,13 +1009,168 @@ spike_complete_and_claim(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/*
+ * fail(id, token, error): close the claim and append the job again, ready at
+ * once with attempt + 1 (the spike has no backoff and no dead jobs; error is
+ * not kept).  False when the token is stale.
+ */
+PG_FUNCTION_INFO_V1(spike_fail);
+Datum
+spike_fail(PG_FUNCTION_ARGS)
+{
+	int64		id,
+				tok;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("id and token must not be NULL")));
+	id = PG_GETARG_INT64(0);
+	tok = PG_GETARG_INT64(1);
+	check_ready();
+	maybe_truncate();
+	PG_RETURN_BOOL(do_close(1, &id, &tok, 'f') == 1);
+}
+
+/*
+ * heartbeat(id, token, extend): the lease moves to now + extend when this
+ * transaction commits, and a ledger row (kind 'h') makes it durable.  While
+ * the heartbeat is uncommitted the entry is EXTENDING: a rescue skips it, an
+ * outcome of another transaction waits for it.  NULL when the token is stale.
+ */
+PG_FUNCTION_INFO_V1(spike_heartbeat);
+Datum
+spike_heartbeat(PG_FUNCTION_ARGS)
+{
+	int64		id = PG_GETARG_INT64(0);
+	int64		tok = PG_GETARG_INT64(1);
+	Interval   *extend = PG_GETARG_INTERVAL_P(2);
+	TransactionId xid;
+	TimestampTz lease_until;
+	InFlight   *f;
+
+	check_ready();
+	xid = GetTopTransactionId();
+	lease_until = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														  TimestampTzGetDatum(GetCurrentTimestamp()),
+														  IntervalPGetDatum(extend)));
+	RESERVE(p_ext, n_ext, max_ext, PendingExt, 1);
+
+	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+	for (;;)
+	{
+		TransactionId other;
+
+		f = hash_search(inflight, &id, HASH_FIND, NULL);
+		if (f == NULL || f->token != tok ||
+			(f->state != IF_CLOSING && f->state != IF_EXTENDING) || f->xid == xid)
+			break;
+		other = f->xid;
+		LWLockRelease(spike->lock);
+		XactLockTableWait(other, NULL, NULL, XLTW_None);
+		LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+	}
+	if (f == NULL || f->token != tok ||
+		!(f->state == IF_OPEN || (f->state == IF_EXTENDING && f->xid == xid)))
+	{
+		spike->stale++;
+		LWLockRelease(spike->lock);
+		PG_RETURN_NULL();
+	}
+	f->state = IF_EXTENDING;
+	f->xid = xid;
+	p_ext[n_ext].id = id;
+	p_ext[n_ext].lease_until = lease_until;
+	p_ext[n_ext].level = GetCurrentTransactionNestLevel();
+	n_ext++;
+	LWLockRelease(spike->lock);
+
+	{
+		Relation	lrel = table_open(ledger_oid, RowExclusiveLock);
+		Datum		idd = Int64GetDatum(id);
+		Datum		values[4];
+		bool		nulls[4] = {false, false, false, false};
+
+		values[0] = Int64GetDatum(tok);
+		values[1] = TimestampTzGetDatum(lease_until);
+		values[2] = CharGetDatum('h');
+		values[3] = PointerGetDatum(construct_array(&idd, 1, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		simple_heap_insert(lrel, heap_form_tuple(RelationGetDescr(lrel), values, nulls));
+		table_close(lrel, NoLock);
+	}
+	PG_RETURN_TIMESTAMPTZ(lease_until);
+}
+
+/*
+ * rescue(max_jobs): close up to max_jobs claims whose lease has expired and
+ * append their jobs again (attempt + 1), as the background worker would.
+ * Entries being closed or extended by another transaction are skipped.
+ */
+PG_FUNCTION_INFO_V1(spike_rescue);
+Datum
+spike_rescue(PG_FUNCTION_ARGS)
+{
+	int			max_jobs = PG_GETARG_INT32(0);
+	TimestampTz now = GetCurrentTimestamp();
+	TransactionId xid;
+	HASH_SEQ_STATUS hs;
+	InFlight   *f;
+	int64	   *okid;
+	int64	   *oktok;
+	ItemPointerData *oktid;
+	uint16	   *okslot;
+	int			nok = 0;
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (max_jobs < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_jobs must be at least 1")));
+	check_ready();
+	if (hash_get_num_entries(inflight) == 0)
+		PG_RETURN_INT64(0);
+	xid = GetTopTransactionId();
+	okid = palloc(sizeof(int64) * max_jobs);
+	oktok = palloc(sizeof(int64) * max_jobs);
+	oktid = palloc(sizeof(ItemPointerData) * max_jobs);
+	okslot = palloc(sizeof(uint16) * max_jobs);
+	RESERVE(p_close, n_close, max_close, PendingId, max_jobs);
+
+	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+	hash_seq_init(&hs, inflight);
+	while ((f = hash_seq_search(&hs)) != NULL)
+	{
+		if (f->state != IF_OPEN || f->lease_until >= now)
+			continue;
+		f->state = IF_CLOSING;
+		f->xid = xid;
+		okid[nok] = f->id;
+		oktok[nok] = f->token;
+		oktid[nok] = f->tid;
+		okslot[nok] = f->slot;
+		p_close[n_close].id = f->id;
+		p_close[n_close].level = level;
+		n_close++;
+		if (++nok >= max_jobs)
+		{
+			hash_seq_term(&hs);
+			break;
+		}
+	}
+	LWLockRelease(spike->lock);
+	if (nok > 0)
+		close_found(nok, okid, oktok, oktid, okslot, 'r');
+	PG_RETURN_INT64(nok);
+}
+
 /* ---------------------------------------------------------------------
  * transaction callbacks: publish, apply, undo
  * --------------------------------------------------------------------- */
 static void
 reset_local(void)
 {
-	n_enq = n_claim = n_close = 0;
+	n_enq = n_claim = n_close = n_ext = 0;
+	my_failed = my_rescued = 0;
 	if (any_writer)
 		memset(my_writer, 0, sizeof(my_writer));
 	any_writer = false;
@@ -926,19 +1227,51 @@ undo_closes(int from)
 
 			if (f != NULL && f->state == IF_CLOSING)
 			{
-				f->state = IF_OPEN;
-				f->xid = InvalidTransactionId;
+				/* an earlier heartbeat of this transaction still holds it */
+				if (ext_pending(f->id, from))
+					f->state = IF_EXTENDING;
+				else
+				{
+					f->state = IF_OPEN;
+					f->xid = InvalidTransactionId;
+				}
 			}
 		}
 	}
 	n_close = keep;
 }
 
+/* undo heartbeats with level >= from; lock held */
+static void
+undo_exts(int from)
+{
+	int			keep = 0;
+
+	for (int i = 0; i < n_ext; i++)
+	{
+		InFlight   *f;
+
+		/* an entry stays EXTENDING while an older heartbeat of ours stays */
+		if (p_ext[i].level < from || ext_pending(p_ext[i].id, from))
+			continue;
+		f = hash_search(inflight, &p_ext[i].id, HASH_FIND, NULL);
+		if (f != NULL && f->state == IF_EXTENDING)
+		{
+			f->state = IF_OPEN;
+			f->xid = InvalidTransactionId;
+		}
+	}
+	for (int i = 0; i < n_ext; i++)
+		if (p_ext[i].level < from)
+			p_ext[keep++] = p_ext[i];
+	n_ext = keep;
+}
+
 static void
 spike_xact_callback(XactEvent event, void *arg)
 {
-	bool		pending = n_enq > 0 || n_claim > 0 || n_close > 0 || any_writer ||
-		my_truncating >= 0;
+	bool		pending = n_enq > 0 || n_claim > 0 || n_close > 0 || n_ext > 0 ||
+		any_writer || my_truncating >= 0;
 
 	if (!pending || spike == NULL)
 		return;
@@ -948,7 +1281,7 @@ spike_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PRE_PREPARE:
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("cannot PREPARE a transaction that enqueued, claimed or completed jobs of pgjq_spike")));
+					 errmsg("cannot PREPARE a transaction that enqueued, claimed, heartbeated or finished jobs of pgjq_spike")));
 			break;
 		case XACT_EVENT_PRE_COMMIT:
 			/* reserve lane room now: the commit callback must not fail */
@@ -991,6 +1324,18 @@ spike_xact_callback(XactEvent event, void *arg)
 					spike->held--;
 				}
 			}
+			for (int i = 0; i < n_ext; i++)
+			{
+				InFlight   *f = hash_search(inflight, &p_ext[i].id, HASH_FIND, NULL);
+
+				if (f != NULL && f->state == IF_EXTENDING)
+				{
+					f->state = IF_OPEN;
+					f->xid = InvalidTransactionId;
+				}
+				if (f != NULL && f->lease_until < p_ext[i].lease_until)
+					f->lease_until = p_ext[i].lease_until;
+			}
 			for (int i = 0; i < n_close; i++)
 			{
 				InFlight   *f = hash_search(inflight, &p_close[i].id, HASH_FIND, NULL);
@@ -1002,6 +1347,9 @@ spike_xact_callback(XactEvent event, void *arg)
 					spike->completed++;
 				}
 			}
+			spike->completed -= my_failed + my_rescued;
+			spike->failed += my_failed;
+			spike->rescued += my_rescued;
 			if (my_truncating >= 0)
 			{
 				SlotState  *st = &spike->slots[my_truncating];
@@ -1023,6 +1371,7 @@ spike_xact_callback(XactEvent event, void *arg)
 					spike->slots[s].writers--;
 			undo_claims(0);
 			undo_closes(0);
+			undo_exts(0);
 			if (my_truncating >= 0)
 				spike->slots[my_truncating].truncating = false;
 			LWLockRelease(spike->lock);
@@ -1039,7 +1388,8 @@ spike_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 {
 	int			level;
 
-	if (spike == NULL || (n_enq == 0 && n_claim == 0 && n_close == 0 && my_truncating < 0))
+	if (spike == NULL ||
+		(n_enq == 0 && n_claim == 0 && n_close == 0 && n_ext == 0 && my_truncating < 0))
 		return;
 	level = GetCurrentTransactionNestLevel();
 	if (event == SUBXACT_EVENT_ABORT_SUB)
@@ -1054,6 +1404,7 @@ spike_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		LWLockAcquire(spike->lock, LW_EXCLUSIVE);
 		undo_claims(level);
 		undo_closes(level);
+		undo_exts(level);
 		if (my_truncating >= 0 && my_truncating_level >= level)
 		{
 			spike->slots[my_truncating].truncating = false;
@@ -1072,9 +1423,391 @@ spike_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		for (int i = 0; i < n_close; i++)
 			if (p_close[i].level >= level)
 				p_close[i].level = level - 1;
+		for (int i = 0; i < n_ext; i++)
+			if (p_ext[i].level >= level)
+				p_ext[i].level = level - 1;
 		if (my_truncating >= 0 && my_truncating_level >= level)
 			my_truncating_level = level - 1;
 	}
+}
+
+/* ---------------------------------------------------------------------
+ * rebuild: shared memory from the durable rows
+ * --------------------------------------------------------------------- */
+typedef struct RbPair
+{
+	int64		id;
+	int64		token;
+} RbPair;
+
+typedef struct RbClaim			/* the newest claim of a job */
+{
+	int64		id;				/* key */
+	int64		token;
+	TimestampTz lease_until;
+} RbClaim;
+
+typedef struct RbBeat			/* the latest heartbeat of a claim */
+{
+	RbPair		key;
+	TimestampTz lease_until;
+} RbBeat;
+
+typedef struct RbBody			/* the newest version of a job */
+{
+	int64		id;				/* key */
+	int64		after;
+	ItemPointerData tid;
+	uint16		slot;
+} RbBody;
+
+static HTAB *
+rb_hash(const char *name, Size keysize, Size entrysize, long n)
+{
+	HASHCTL		ctl;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = keysize;
+	ctl.entrysize = entrysize;
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create(name, Max(n, 1024), &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+static int
+int8_elems(Datum arr, int64 **out)
+{
+	ArrayType  *a = DatumGetArrayTypeP(arr);
+	Datum	   *elems;
+	int			n;
+
+	deconstruct_array(a, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, NULL, &n);
+	*out = palloc(sizeof(int64) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		(*out)[i] = DatumGetInt64(elems[i]);
+	return n;
+}
+
+static int
+lane_entry_cmp(const void *a, const void *b)
+{
+	int64		x = ((const LaneEntry *) a)->id;
+	int64		y = ((const LaneEntry *) b)->id;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Rebuild the lane, the in-flight table and the slot counters from what
+ * committed: a full scan of the live body slots, the ledger and the outcome
+ * rows (stage 2's form; the engine bounds it with per-lane checkpoints).
+ * The caller holds ExclusiveLock on done and nothing else runs pgjq calls
+ * (the state is not ready), so no claim or outcome is uncommitted now.
+ *
+ * A job is its newest version (the body row with the largest after_token).
+ * Its claim is the newest claim of its id with a token above that
+ * after_token: tokens are drawn in order, and a version is appended only by
+ * the transaction that closes the claim before it, so a claim of the
+ * current version has a larger token than its after_token.  No such claim:
+ * ready.  Such a claim, closed in done: finished.  Otherwise in flight, with
+ * the lease of the claim or of its latest heartbeat, whichever is later: a
+ * job leased before the crash is not handed out before that lease ends.
+ */
+static void
+rebuild_state(double *ms, int64 *nready_out, int64 *ninflight_out, int64 *nrows_out)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "pgjq_spike rebuild",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(ctx);
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	HTAB	   *claims = rb_hash("rb claims", sizeof(int64), sizeof(RbClaim), 65536);
+	HTAB	   *beats = rb_hash("rb beats", sizeof(RbPair), sizeof(RbBeat), 1024);
+	HTAB	   *closed = rb_hash("rb closed", sizeof(RbPair), sizeof(RbPair), 65536);
+	HTAB	   *bodies = rb_hash("rb bodies", sizeof(int64), sizeof(RbBody), 65536);
+	int64		rows[SPIKE_NSLOTS] = {0};
+	int64		open[SPIKE_NSLOTS] = {0};
+	BlockNumber pages[SPIKE_NSLOTS];
+	int64		maxid = -1;
+	int			cur = 0;
+	LaneEntry  *ready;
+	InFlight   *fl;
+	int64		nready = 0,
+				nfl = 0,
+				nrows = 0;
+	HASH_SEQ_STATUS hs;
+	RbBody	   *b;
+
+	/* the ledger: claims (kind NULL) and heartbeats ('h') */
+	{
+		Relation	rel = table_open(ledger_oid, AccessShareLock);
+		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+		TupleDesc	desc = RelationGetDescr(rel);
+		HeapTuple	tup;
+
+		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		{
+			bool		isnull,
+						kind_null;
+			int64		token = DatumGetInt64(heap_getattr(tup, 1, desc, &isnull));
+			TimestampTz lease = DatumGetTimestampTz(heap_getattr(tup, 2, desc, &isnull));
+			Datum		kind = heap_getattr(tup, 3, desc, &kind_null);
+			int64	   *ids;
+			int			n = int8_elems(heap_getattr(tup, 4, desc, &isnull), &ids);
+
+			for (int i = 0; i < n; i++)
+			{
+				bool		found;
+
+				if (kind_null)
+				{
+					RbClaim    *c = hash_search(claims, &ids[i], HASH_ENTER, &found);
+
+					if (!found || c->token < token)
+					{
+						c->token = token;
+						c->lease_until = lease;
+					}
+				}
+				else if (DatumGetChar(kind) == 'h')
+				{
+					RbPair		k = {ids[i], token};
+					RbBeat	   *hb = hash_search(beats, &k, HASH_ENTER, &found);
+
+					if (!found || hb->lease_until < lease)
+						hb->lease_until = lease;
+				}
+			}
+		}
+		table_endscan(scan);
+		table_close(rel, AccessShareLock);
+	}
+
+	/* closures: completed, failed, rescued */
+	{
+		Relation	rel = table_open(done_oid, AccessShareLock);
+		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+		TupleDesc	desc = RelationGetDescr(rel);
+		HeapTuple	tup;
+
+		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		{
+			bool		isnull;
+			int64	   *toks,
+					   *ids;
+			int			nt = int8_elems(heap_getattr(tup, 3, desc, &isnull), &toks);
+			int			n = int8_elems(heap_getattr(tup, 4, desc, &isnull), &ids);
+
+			for (int i = 0; i < n; i++)
+			{
+				RbPair		k = {ids[i], nt == 1 ? toks[0] : toks[i]};
+
+				hash_search(closed, &k, HASH_ENTER, NULL);
+			}
+		}
+		table_endscan(scan);
+		table_close(rel, AccessShareLock);
+	}
+
+	/* the live ring: the newest version of every job */
+	for (int s = 0; s < SPIKE_NSLOTS; s++)
+	{
+		Relation	rel = table_open(body_oid[s], AccessShareLock);
+		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+		TupleDesc	desc = RelationGetDescr(rel);
+		HeapTuple	tup;
+
+		pages[s] = RelationGetNumberOfBlocks(rel);
+		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		{
+			bool		isnull,
+						found;
+			int64		id = DatumGetInt64(heap_getattr(tup, BODY_ID, desc, &isnull));
+			Datum		after = heap_getattr(tup, BODY_AFTER, desc, &isnull);
+			int64		a = isnull ? 0 : DatumGetInt64(after);
+
+			b = hash_search(bodies, &id, HASH_ENTER, &found);
+			if (!found || b->after < a)
+			{
+				b->after = a;
+				b->tid = tup->t_self;
+				b->slot = s;
+			}
+			rows[s]++;
+			nrows++;
+			/* the newest job marks the slot producers appended to last */
+			if (id > maxid)
+			{
+				maxid = id;
+				cur = s;
+			}
+		}
+		table_endscan(scan);
+		table_close(rel, AccessShareLock);
+	}
+
+	ready = palloc(sizeof(LaneEntry) * Max(hash_get_num_entries(bodies), 1));
+	fl = palloc(sizeof(InFlight) * Max(hash_get_num_entries(bodies), 1));
+	hash_seq_init(&hs, bodies);
+	while ((b = hash_seq_search(&hs)) != NULL)
+	{
+		RbClaim    *c = hash_search(claims, &b->id, HASH_FIND, NULL);
+
+		if (c == NULL || c->token <= b->after)
+		{
+			ready[nready].id = b->id;
+			ready[nready].tid = b->tid;
+			ready[nready].slot = b->slot;
+			nready++;
+		}
+		else
+		{
+			RbPair		k = {b->id, c->token};
+			RbBeat	   *hb;
+
+			if (hash_search(closed, &k, HASH_FIND, NULL) != NULL)
+				continue;		/* finished */
+			hb = hash_search(beats, &k, HASH_FIND, NULL);
+			memset(&fl[nfl], 0, sizeof(InFlight));
+			fl[nfl].id = b->id;
+			fl[nfl].token = c->token;
+			fl[nfl].lease_until = c->lease_until;
+			if (hb != NULL && hb->lease_until > c->lease_until)
+				fl[nfl].lease_until = hb->lease_until;
+			fl[nfl].xid = InvalidTransactionId;
+			fl[nfl].tid = b->tid;
+			fl[nfl].slot = b->slot;
+			fl[nfl].state = IF_OPEN;
+			nfl++;
+		}
+		open[b->slot]++;
+	}
+	UnregisterSnapshot(snap);
+
+	if (nready > lane_capacity)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("pgjq_spike cannot rebuild: " INT64_FORMAT " jobs are ready, the lane holds %d",
+						nready, lane_capacity),
+				 errhint("Raise pgjq_spike.lane_capacity and restart.")));
+	if (nfl > max_in_flight)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("pgjq_spike cannot rebuild: " INT64_FORMAT " jobs are in flight, the table holds %d",
+						nfl, max_in_flight),
+				 errhint("Raise pgjq_spike.max_in_flight and restart.")));
+	/* enqueue order, as far as ids tell it */
+	qsort(ready, nready, sizeof(LaneEntry), lane_entry_cmp);
+
+	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+	{
+		InFlight   *f;
+		int64		rebuilds = spike->rebuilds;
+
+		hash_seq_init(&hs, inflight);
+		while ((f = hash_seq_search(&hs)) != NULL)
+			hash_search(inflight, &f->id, HASH_REMOVE, NULL);
+		memset(((char *) spike) + offsetof(SpikeShared, ready), 0,
+			   offsetof(SpikeShared, lane) - offsetof(SpikeShared, ready));
+		spike->rebuilds = rebuilds + 1;
+	}
+	for (int64 i = 0; i < nfl; i++)
+	{
+		/* the table was emptied and holds max_in_flight: cannot fail */
+		InFlight   *f = hash_search(inflight, &fl[i].id, HASH_ENTER_NULL, NULL);
+
+		if (f != NULL)
+			*f = fl[i];
+	}
+	for (int64 i = 0; i < nready; i++)
+		spike->lane[i] = ready[i];
+	spike->count = nready;
+	for (int s = 0; s < SPIKE_NSLOTS; s++)
+	{
+		SlotState  *st = &spike->slots[s];
+
+		st->open = open[s];
+		st->appended = rows[s];
+		if (s == cur)
+			continue;			/* current: not sealed, not clean */
+		if (pages[s] == 0)
+			st->clean = true;
+		else
+			st->sealed = true;	/* truncated once its open count is 0 */
+	}
+	spike->cur_slot = cur;
+	spike->dbid = MyDatabaseId;
+	spike->ready = true;
+	LWLockRelease(spike->lock);
+
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(ctx);
+	if (ms)
+		*ms = (double) (GetCurrentTimestamp() - start) / 1000.0;
+	if (nready_out)
+		*nready_out = nready;
+	if (ninflight_out)
+		*ninflight_out = nfl;
+	if (nrows_out)
+		*nrows_out = nrows;
+	elog(LOG, "pgjq_spike: rebuilt from %lld body rows: %lld ready, %lld in flight, in %.1f ms",
+		 (long long) nrows, (long long) nready, (long long) nfl,
+		 (double) (GetCurrentTimestamp() - start) / 1000.0);
+}
+
+/*
+ * spike_rebuild(): rebuild now and say how long it took.  After a restart
+ * it is the first call (no other may be active); on a running server the
+ * caller makes sure no other session is active (like spike_reset).
+ */
+PG_FUNCTION_INFO_V1(spike_rebuild);
+Datum
+spike_rebuild(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[4];
+	bool		nulls[4] = {0};
+	double		ms;
+	int64		nready,
+				nfl,
+				nrows;
+
+	if (spike == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pgjq_spike is not loaded"),
+				 errhint("Add pgjq_spike to shared_preload_libraries and restart.")));
+	if (n_enq > 0 || n_claim > 0 || n_close > 0 || n_ext > 0 || any_writer)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pgjq.spike_rebuild() must run in a transaction of its own")));
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	cached_db = InvalidOid;
+	{
+		/* the relation OIDs, without check_ready's rebuild */
+		Oid			nsp = get_namespace_oid("pgjq", false);
+		char		name[NAMEDATALEN];
+
+		for (int i = 0; i < SPIKE_NSLOTS; i++)
+		{
+			snprintf(name, sizeof(name), "body_%d", i);
+			body_oid[i] = rel_oid(nsp, name);
+		}
+		ledger_oid = rel_oid(nsp, "ledger");
+		done_oid = rel_oid(nsp, "done");
+		jobseq_oid = rel_oid(nsp, "job_id_seq");
+		tokseq_oid = rel_oid(nsp, "token_seq");
+		cached_db = MyDatabaseId;
+	}
+	LockRelationOid(done_oid, ExclusiveLock);
+	spike->ready = false;
+	rebuild_state(&ms, &nready, &nfl, &nrows);
+	UnlockRelationOid(done_oid, ExclusiveLock);
+	values[0] = Float8GetDatum(ms);
+	values[1] = Int64GetDatum(nready);
+	values[2] = Int64GetDatum(nfl);
+	values[3] = Int64GetDatum(nrows);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 
 /* ---------------------------------------------------------------------
@@ -1092,7 +1825,7 @@ spike_reset(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pgjq_spike is not loaded"),
 				 errhint("Add pgjq_spike to shared_preload_libraries and restart.")));
-	if (n_enq > 0 || n_claim > 0 || n_close > 0 || any_writer)
+	if (n_enq > 0 || n_claim > 0 || n_close > 0 || n_ext > 0 || any_writer)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pgjq.spike_reset() must run in a transaction of its own")));
@@ -1125,8 +1858,8 @@ Datum
 spike_stats(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
-	Datum		values[12];
-	bool		nulls[12] = {0};
+	Datum		values[15];
+	bool		nulls[15] = {0};
 	Datum		open[SPIKE_NSLOTS],
 				app[SPIKE_NSLOTS];
 
@@ -1146,15 +1879,18 @@ spike_stats(PG_FUNCTION_ARGS)
 	values[6] = Int64GetDatum(spike->returned);
 	values[7] = Int64GetDatum(spike->truncations);
 	values[8] = Int64GetDatum(spike->ring_full);
-	values[9] = Int32GetDatum(spike->cur_slot);
+	values[9] = Int64GetDatum(spike->rescued);
+	values[10] = Int64GetDatum(spike->failed);
+	values[11] = Int64GetDatum(spike->rebuilds);
+	values[12] = Int32GetDatum(spike->cur_slot);
 	for (int s = 0; s < SPIKE_NSLOTS; s++)
 	{
 		open[s] = Int64GetDatum(spike->slots[s].open);
 		app[s] = Int64GetDatum(spike->slots[s].appended);
 	}
 	LWLockRelease(spike->lock);
-	values[10] = PointerGetDatum(construct_array(open, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[11] = PointerGetDatum(construct_array(app, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[13] = PointerGetDatum(construct_array(open, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[14] = PointerGetDatum(construct_array(app, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 
