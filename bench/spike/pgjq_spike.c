@@ -177,6 +177,7 @@ typedef struct PendingId
 {
 	int64		id;
 	int			level;
+	bool		was_claiming;	/* a close of this transaction's own claim */
 } PendingId;
 
 static PendingEnq *p_enq = NULL;
@@ -703,6 +704,7 @@ do_claim(FunctionCallInfo fcinfo, int batch, Interval *lease)
 		got[k++] = e;
 		p_claim[n_claim].id = e.id;
 		p_claim[n_claim].level = level;
+		p_claim[n_claim].was_claiming = false;
 		n_claim++;
 	}
 	spike->held += k;
@@ -908,12 +910,18 @@ do_close(int n, const int64 *ids, const int64 *toks, char kind)
 			XactLockTableWait(other, NULL, NULL, XLTW_None);
 			LWLockAcquire(spike->lock, LW_EXCLUSIVE);
 		}
+		/*
+		 * OPEN, or extended or claimed by this very transaction: a claim and
+		 * its outcome may share a transaction (they commit or abort together)
+		 */
 		if (f == NULL || f->token != toks[i] ||
-			!(f->state == IF_OPEN || (f->state == IF_EXTENDING && f->xid == xid)))
+			!(f->state == IF_OPEN ||
+			  ((f->state == IF_EXTENDING || f->state == IF_CLAIMING) && f->xid == xid)))
 		{
 			nstale++;
 			continue;
 		}
+		p_close[n_close].was_claiming = (f->state == IF_CLAIMING);
 		f->state = IF_CLOSING;
 		f->xid = xid;
 		okid[nok] = ids[i];
@@ -1150,6 +1158,7 @@ spike_rescue(PG_FUNCTION_ARGS)
 		okslot[nok] = f->slot;
 		p_close[n_close].id = f->id;
 		p_close[n_close].level = level;
+		p_close[n_close].was_claiming = false;
 		n_close++;
 		if (++nok >= max_jobs)
 		{
@@ -1227,8 +1236,11 @@ undo_closes(int from)
 
 			if (f != NULL && f->state == IF_CLOSING)
 			{
+				/* back to this transaction's claim, which undo_claims sees */
+				if (p_close[i].was_claiming)
+					f->state = IF_CLAIMING;
 				/* an earlier heartbeat of this transaction still holds it */
-				if (ext_pending(f->id, from))
+				else if (ext_pending(f->id, from))
 					f->state = IF_EXTENDING;
 				else
 				{
@@ -1345,6 +1357,9 @@ spike_xact_callback(XactEvent event, void *arg)
 					spike->slots[f->slot].open--;
 					hash_search(inflight, &p_close[i].id, HASH_REMOVE, NULL);
 					spike->completed++;
+					/* closed before its claim ever became OPEN */
+					if (p_close[i].was_claiming)
+						spike->held--;
 				}
 			}
 			spike->completed -= my_failed + my_rescued;
@@ -1369,9 +1384,9 @@ spike_xact_callback(XactEvent event, void *arg)
 			for (int s = 0; s < SPIKE_NSLOTS; s++)
 				if (my_writer[s])
 					spike->slots[s].writers--;
-			undo_claims(0);
 			undo_closes(0);
 			undo_exts(0);
+			undo_claims(0);
 			if (my_truncating >= 0)
 				spike->slots[my_truncating].truncating = false;
 			LWLockRelease(spike->lock);
@@ -1402,9 +1417,9 @@ spike_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				p_enq[keep++] = p_enq[i];
 		n_enq = keep;
 		LWLockAcquire(spike->lock, LW_EXCLUSIVE);
-		undo_claims(level);
 		undo_closes(level);
 		undo_exts(level);
+		undo_claims(level);
 		if (my_truncating >= 0 && my_truncating_level >= level)
 		{
 			spike->slots[my_truncating].truncating = false;
