@@ -117,7 +117,7 @@ RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'spike_reset';
 CREATE FUNCTION pgjq.spike_stats(
 	OUT ready bigint, OUT in_flight bigint, OUT published bigint, OUT claimed bigint,
 	OUT completed bigint, OUT stale bigint, OUT returned bigint, OUT truncations bigint,
-	OUT ring_full bigint, OUT rescued bigint, OUT failed bigint, OUT rebuilds bigint,
+	OUT ring_full bigint, OUT rescued bigint, OUT failed bigint, OUT rebuilds bigint, OUT relocated bigint,
 	OUT cur_slot integer, OUT slot_open bigint[], OUT slot_appended bigint[])
 RETURNS record LANGUAGE c AS 'MODULE_PATHNAME', 'spike_stats';
 

@@ -151,6 +151,7 @@ typedef struct SpikeShared
 	int64		rescued;
 	int64		failed;
 	int64		rebuilds;
+	int64		relocated;
 	LaneEntry	lane[FLEXIBLE_ARRAY_MEMBER];
 } SpikeShared;
 
@@ -158,6 +159,7 @@ typedef struct SpikeShared
 static int	lane_capacity = 1048576;
 static int	max_in_flight = 65536;
 static int	slot_rows = 100000;
+static int	relocate_max = 1000;
 
 static SpikeShared *spike = NULL;
 static HTAB *inflight = NULL;
@@ -203,6 +205,21 @@ static int	n_ext = 0,
 			max_ext = 0;
 static int64 my_rescued = 0;
 static int64 my_failed = 0;
+
+/* a relocated in-flight job: its copy, which commit makes its position */
+typedef struct PendingReloc
+{
+	int64		id;
+	int64		token;
+	ItemPointerData tid;
+	uint16		old_slot;
+	uint16		slot;
+	int			level;
+} PendingReloc;
+
+static PendingReloc *p_reloc = NULL;
+static int	n_reloc = 0,
+			max_reloc = 0;
 static bool my_writer[SPIKE_NSLOTS];
 static bool any_writer = false;
 static int64 my_reserved = 0;
@@ -478,7 +495,7 @@ body_values(Datum *values, bool *nulls, int i, const int64 *ids, Datum *payloads
 	values[BODY_ID - 1] = Int64GetDatum(ids[i]);
 	nulls[BODY_ID - 1] = false;
 	values[BODY_AFTER - 1] = after ? Int64GetDatum(after[i]) : (Datum) 0;
-	nulls[BODY_AFTER - 1] = (after == NULL);
+	nulls[BODY_AFTER - 1] = (after == NULL || after[i] == 0);
 	values[BODY_ENQUEUED - 1] = TimestampTzGetDatum(enq_at ? enq_at[i] : now);
 	nulls[BODY_ENQUEUED - 1] = false;
 	values[BODY_ATTEMPT - 1] = attempt ? Int32GetDatum(attempt[i]) : (Datum) 0;
@@ -492,12 +509,16 @@ body_values(Datum *values, bool *nulls, int i, const int64 *ids, Datum *payloads
  * for more, then the slot's indexes (the spike supports a btree on id only),
  * and remember the positions for the commit callback.  New jobs (after ==
  * NULL) draw their ids here; a re-append (fail, rescue) keeps the job's id,
- * enqueue time and payload and records the claim it closes in after_token.
+ * enqueue time and payload and records the claim it closes in after_token
+ * (0 = none).  With tids_out the rows are copies that are not published
+ * (relocation): their positions go to tids_out, and the slot is returned.
  */
-static void
+static int
 body_append(int n, Datum *payloads, int64 *ids, const TimestampTz *enq_at,
-			const int64 *after, const int32 *attempt)
+			const int64 *after, const int32 *attempt, ItemPointerData *tids_out)
 {
+	ItemPointerData *tids = tids_out ? tids_out : palloc(sizeof(ItemPointerData) * n);
+
 	int			s = choose_slot(n);
 	Relation	rel = table_open(body_oid[s], RowExclusiveLock);
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -536,12 +557,7 @@ body_append(int n, Datum *payloads, int64 *ids, const TimestampTz *enq_at,
 		body_values(values, nulls, 0, ids, payloads, now, enq_at, after, attempt);
 		tup = heap_form_tuple(desc, values, nulls);
 		heap_insert(rel, tup, cid, 0, NULL);
-		GROW(p_enq, n_enq, max_enq, PendingEnq);
-		p_enq[n_enq].e.id = ids[0];
-		p_enq[n_enq].e.tid = tup->t_self;
-		p_enq[n_enq].e.slot = s;
-		p_enq[n_enq].level = level;
-		n_enq++;
+		tids[0] = tup->t_self;
 	}
 	else
 	{
@@ -566,12 +582,7 @@ body_append(int n, Datum *payloads, int64 *ids, const TimestampTz *enq_at,
 			heap_multi_insert(rel, slots, m, cid, 0, bistate);
 			for (int i = 0; i < m; i++)
 			{
-				GROW(p_enq, n_enq, max_enq, PendingEnq);
-				p_enq[n_enq].e.id = ids[done + i];
-				p_enq[n_enq].e.tid = slots[i]->tts_tid;
-				p_enq[n_enq].e.slot = s;
-				p_enq[n_enq].level = level;
-				n_enq++;
+				tids[done + i] = slots[i]->tts_tid;
 				ExecClearTuple(slots[i]);
 			}
 		}
@@ -580,20 +591,32 @@ body_append(int n, Datum *payloads, int64 *ids, const TimestampTz *enq_at,
 		FreeBulkInsertState(bistate);
 	}
 
-	/* index entries: the positions of this call are the last n pending */
 	for (int j = 0; j < nidx; j++)
 	{
-		for (int i = n_enq - n; i < n_enq; i++)
+		for (int i = 0; i < n; i++)
 		{
-			Datum		v = Int64GetDatum(p_enq[i].e.id);
+			Datum		v = Int64GetDatum(ids[i]);
 			bool		isnull = false;
 
-			index_insert(idx[j], &v, &isnull, &p_enq[i].e.tid, rel,
+			index_insert(idx[j], &v, &isnull, &tids[i], rel,
 						 UNIQUE_CHECK_NO, false, ii[j]);
 		}
 		index_close(idx[j], NoLock);
 	}
 	table_close(rel, NoLock);
+
+	/* the positions the commit publishes */
+	if (tids_out == NULL)
+		for (int i = 0; i < n; i++)
+		{
+			GROW(p_enq, n_enq, max_enq, PendingEnq);
+			p_enq[n_enq].e.id = ids[i];
+			p_enq[n_enq].e.tid = tids[i];
+			p_enq[n_enq].e.slot = s;
+			p_enq[n_enq].level = level;
+			n_enq++;
+		}
+	return s;
 }
 
 /* ---------------------------------------------------------------------
@@ -607,7 +630,7 @@ spike_enqueue(PG_FUNCTION_ARGS)
 	int64		id;
 
 	check_ready();
-	body_append(1, &payload, &id, NULL, NULL, NULL);
+	body_append(1, &payload, &id, NULL, NULL, NULL, NULL);
 	PG_RETURN_INT64(id);
 }
 
@@ -634,7 +657,7 @@ spike_enqueue_many(PG_FUNCTION_ARGS)
 	if (n == 0)
 		return (Datum) 0;
 	ids = palloc(sizeof(int64) * n);
-	body_append(n, elems, ids, NULL, NULL, NULL);
+	body_append(n, elems, ids, NULL, NULL, NULL, NULL);
 	for (int i = 0; i < n; i++)
 	{
 		Datum		v = Int64GetDatum(ids[i]);
@@ -855,7 +878,7 @@ close_found(int nok, const int64 *okid, const int64 *oktok, const ItemPointerDat
 		for (int s = 0; s < SPIKE_NSLOTS; s++)
 			if (rels[s])
 				table_close(rels[s], NoLock);
-		body_append(nok, payloads, ids, enq, oktok, attempt);
+		body_append(nok, payloads, ids, enq, oktok, attempt, NULL);
 		if (kind == 'f')
 			my_failed += nok;
 		else
@@ -1110,6 +1133,116 @@ spike_heartbeat(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Relocate the stragglers of the slot the ring needs next: when it is sealed
+ * and few of its jobs are unfinished (at most pgjq_spike.relocate_max), all
+ * of them in flight, copy their bodies (same id, version, payload) into the
+ * current slot; at commit the in-flight entries point to the copies and the
+ * old slot's open count drops, so it can be truncated.  A job leased for
+ * hours then costs one copy per ring cycle instead of a whole slot.  The
+ * copies need no durable marker: a copy and its original are the same
+ * version, so the rebuild may take either, and it counts only the one it
+ * takes.  An entry closed before the commit keeps its old slot (its copy is
+ * then a finished job's row, truncated with its slot).
+ */
+static int64
+relocate_stragglers(void)
+{
+	int			nx;
+	int64		n = 0,
+				inslot = 0;
+	HASH_SEQ_STATUS hs;
+	InFlight   *f;
+	int64	   *ids;
+	int64	   *toks;
+	ItemPointerData *old;
+	SlotState  *st;
+	int			level = GetCurrentTransactionNestLevel();
+
+	nx = (spike->cur_slot + 1) % SPIKE_NSLOTS;
+	st = &spike->slots[nx];
+	/* unlocked hint: this runs on every rescue call */
+	if (!st->sealed || st->clean || st->truncating || st->writers != 0 ||
+		st->open <= 0 || st->open > relocate_max || my_truncating >= 0)
+		return 0;
+	ids = palloc(sizeof(int64) * relocate_max);
+	toks = palloc(sizeof(int64) * relocate_max);
+	old = palloc(sizeof(ItemPointerData) * relocate_max);
+	RESERVE(p_reloc, n_reloc, max_reloc, PendingReloc, relocate_max);
+
+	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+	nx = (spike->cur_slot + 1) % SPIKE_NSLOTS;
+	st = &spike->slots[nx];
+	if (st->sealed && !st->clean && !st->truncating && st->writers == 0 &&
+		st->open > 0 && st->open <= relocate_max)
+	{
+		hash_seq_init(&hs, inflight);
+		while ((f = hash_seq_search(&hs)) != NULL)
+		{
+			if (f->slot != nx)
+				continue;
+			inslot++;
+			if (f->state == IF_OPEN && n < relocate_max)
+			{
+				ids[n] = f->id;
+				toks[n] = f->token;
+				old[n] = f->tid;
+				n++;
+			}
+		}
+		/* some of its jobs still wait in the lane: they go first anyway */
+		if (inslot != st->open)
+			n = 0;
+	}
+	LWLockRelease(spike->lock);
+	if (n == 0)
+		return 0;
+
+	{
+		Relation	rel = table_open(body_oid[nx], AccessShareLock);
+		TupleDesc	desc = RelationGetDescr(rel);
+		Datum	   *payloads = palloc(sizeof(Datum) * n);
+		TimestampTz *enq = palloc(sizeof(TimestampTz) * n);
+		int64	   *after = palloc(sizeof(int64) * n);
+		int32	   *attempt = palloc(sizeof(int32) * n);
+		ItemPointerData *tids = palloc(sizeof(ItemPointerData) * n);
+		int			slot;
+
+		for (int64 i = 0; i < n; i++)
+		{
+			HeapTupleData tup;
+			Buffer		buf;
+			bool		isnull;
+
+			tup.t_self = old[i];
+			if (!heap_fetch(rel, SnapshotAny, &tup, &buf, false))
+				elog(ERROR, "pgjq_spike: body of job " INT64_FORMAT " not found", ids[i]);
+			payloads[i] = PointerGetDatum(PG_DETOAST_DATUM_COPY(heap_getattr(&tup, BODY_PAYLOAD, desc, &isnull)));
+			enq[i] = DatumGetTimestampTz(heap_getattr(&tup, BODY_ENQUEUED, desc, &isnull));
+			after[i] = DatumGetInt64(heap_getattr(&tup, BODY_AFTER, desc, &isnull));
+			if (isnull)
+				after[i] = 0;
+			attempt[i] = DatumGetInt32(heap_getattr(&tup, BODY_ATTEMPT, desc, &isnull));
+			if (isnull)
+				attempt[i] = 1;
+			ReleaseBuffer(buf);
+		}
+		table_close(rel, NoLock);
+		slot = body_append(n, payloads, ids, enq, after, attempt, tids);
+		for (int64 i = 0; i < n; i++)
+		{
+			p_reloc[n_reloc].id = ids[i];
+			p_reloc[n_reloc].token = toks[i];
+			p_reloc[n_reloc].tid = tids[i];
+			p_reloc[n_reloc].old_slot = nx;
+			p_reloc[n_reloc].slot = slot;
+			p_reloc[n_reloc].level = level;
+			n_reloc++;
+		}
+	}
+	return n;
+}
+
+/*
  * rescue(max_jobs): close up to max_jobs claims whose lease has expired and
  * append their jobs again (attempt + 1), as the background worker would.
  * Entries being closed or extended by another transaction are skipped.
@@ -1138,6 +1271,7 @@ spike_rescue(PG_FUNCTION_ARGS)
 	if (hash_get_num_entries(inflight) == 0)
 		PG_RETURN_INT64(0);
 	xid = GetTopTransactionId();
+	RESERVE(p_reloc, n_reloc, max_reloc, PendingReloc, relocate_max);
 	okid = palloc(sizeof(int64) * max_jobs);
 	oktok = palloc(sizeof(int64) * max_jobs);
 	oktid = palloc(sizeof(ItemPointerData) * max_jobs);
@@ -1169,6 +1303,7 @@ spike_rescue(PG_FUNCTION_ARGS)
 	LWLockRelease(spike->lock);
 	if (nok > 0)
 		close_found(nok, okid, oktok, oktid, okslot, 'r');
+	(void) relocate_stragglers();
 	PG_RETURN_INT64(nok);
 }
 
@@ -1178,7 +1313,7 @@ spike_rescue(PG_FUNCTION_ARGS)
 static void
 reset_local(void)
 {
-	n_enq = n_claim = n_close = n_ext = 0;
+	n_enq = n_claim = n_close = n_ext = n_reloc = 0;
 	my_failed = my_rescued = 0;
 	if (any_writer)
 		memset(my_writer, 0, sizeof(my_writer));
@@ -1283,7 +1418,7 @@ static void
 spike_xact_callback(XactEvent event, void *arg)
 {
 	bool		pending = n_enq > 0 || n_claim > 0 || n_close > 0 || n_ext > 0 ||
-		any_writer || my_truncating >= 0;
+		n_reloc > 0 || any_writer || my_truncating >= 0;
 
 	if (!pending || spike == NULL)
 		return;
@@ -1334,6 +1469,20 @@ spike_xact_callback(XactEvent event, void *arg)
 					f->state = IF_OPEN;
 					f->xid = InvalidTransactionId;
 					spike->held--;
+				}
+			}
+			for (int i = 0; i < n_reloc; i++)
+			{
+				InFlight   *f = hash_search(inflight, &p_reloc[i].id, HASH_FIND, NULL);
+
+				/* still the same claim in the old slot: point to the copy */
+				if (f != NULL && f->token == p_reloc[i].token && f->slot == p_reloc[i].old_slot)
+				{
+					spike->slots[f->slot].open--;
+					spike->slots[p_reloc[i].slot].open++;
+					f->tid = p_reloc[i].tid;
+					f->slot = p_reloc[i].slot;
+					spike->relocated++;
 				}
 			}
 			for (int i = 0; i < n_ext; i++)
@@ -1404,7 +1553,8 @@ spike_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	int			level;
 
 	if (spike == NULL ||
-		(n_enq == 0 && n_claim == 0 && n_close == 0 && n_ext == 0 && my_truncating < 0))
+		(n_enq == 0 && n_claim == 0 && n_close == 0 && n_ext == 0 && n_reloc == 0 &&
+		 my_truncating < 0))
 		return;
 	level = GetCurrentTransactionNestLevel();
 	if (event == SUBXACT_EVENT_ABORT_SUB)
@@ -1416,6 +1566,11 @@ spike_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (p_enq[i].level < level)
 				p_enq[keep++] = p_enq[i];
 		n_enq = keep;
+		keep = 0;
+		for (int i = 0; i < n_reloc; i++)
+			if (p_reloc[i].level < level)
+				p_reloc[keep++] = p_reloc[i];
+		n_reloc = keep;
 		LWLockAcquire(spike->lock, LW_EXCLUSIVE);
 		undo_closes(level);
 		undo_exts(level);
@@ -1441,6 +1596,9 @@ spike_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		for (int i = 0; i < n_ext; i++)
 			if (p_ext[i].level >= level)
 				p_ext[i].level = level - 1;
+		for (int i = 0; i < n_reloc; i++)
+			if (p_reloc[i].level >= level)
+				p_reloc[i].level = level - 1;
 		if (my_truncating >= 0 && my_truncating_level >= level)
 			my_truncating_level = level - 1;
 	}
@@ -1873,8 +2031,8 @@ Datum
 spike_stats(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
-	Datum		values[15];
-	bool		nulls[15] = {0};
+	Datum		values[16];
+	bool		nulls[16] = {0};
 	Datum		open[SPIKE_NSLOTS],
 				app[SPIKE_NSLOTS];
 
@@ -1897,15 +2055,16 @@ spike_stats(PG_FUNCTION_ARGS)
 	values[9] = Int64GetDatum(spike->rescued);
 	values[10] = Int64GetDatum(spike->failed);
 	values[11] = Int64GetDatum(spike->rebuilds);
-	values[12] = Int32GetDatum(spike->cur_slot);
+	values[12] = Int64GetDatum(spike->relocated);
+	values[13] = Int32GetDatum(spike->cur_slot);
 	for (int s = 0; s < SPIKE_NSLOTS; s++)
 	{
 		open[s] = Int64GetDatum(spike->slots[s].open);
 		app[s] = Int64GetDatum(spike->slots[s].appended);
 	}
 	LWLockRelease(spike->lock);
-	values[13] = PointerGetDatum(construct_array(open, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[14] = PointerGetDatum(construct_array(app, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[14] = PointerGetDatum(construct_array(open, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[15] = PointerGetDatum(construct_array(app, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 
@@ -1925,6 +2084,10 @@ _PG_init(void)
 	DefineCustomIntVariable("pgjq_spike.slot_rows",
 							"Rows appended to a body slot before producers move to the next one.",
 							NULL, &slot_rows, 100000, 1, INT_MAX,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("pgjq_spike.relocate_max",
+							"Unfinished jobs a sealed slot may hold and still have them copied forward so that it can be truncated.",
+							NULL, &relocate_max, 1000, 0, 1000000,
 							PGC_SUSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pgjq_spike");
 	prev_shmem_request_hook = shmem_request_hook;
