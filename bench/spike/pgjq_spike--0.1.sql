@@ -14,7 +14,7 @@
  * a rescue of an expired lease appends a new version of the job (same id,
  * attempt + 1, after_token = the claim it closed); the newest version is the
  * job.  after_token and attempt are NULL for a new job, which costs nothing:
- * with five columns the null bitmap fits the header's 24 bytes.  autovacuum is off: there is
+ * with seven columns the null bitmap fits the header's 24 bytes.  autovacuum is off: there is
  * nothing to vacuum (no dead tuples but those of rolled-back producers, which
  * go with the TRUNCATE), and insert-driven vacuum or analyze would only cost.
  */
@@ -23,6 +23,8 @@ CREATE TABLE pgjq.body_0 (
 	after_token		bigint,			/* a re-append: the claim it closed; NULL for a new job */
 	enqueued_at		timestamptz NOT NULL,
 	attempt			integer,		/* NULL = 1 */
+	priority		smallint,		/* NULL = 0; lower runs first */
+	fair_key		text,			/* NULL = none */
 	payload			jsonb NOT NULL
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.body_1 (LIKE pgjq.body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -73,11 +75,13 @@ CREATE TYPE pgjq.claimed AS (
 	lease_until		timestamptz
 );
 
-CREATE FUNCTION pgjq.enqueue(queue text, payload jsonb DEFAULT '{}')
-RETURNS bigint LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'spike_enqueue';
+CREATE FUNCTION pgjq.enqueue(queue text, payload jsonb DEFAULT '{}', priority integer DEFAULT 0,
+							 fair_key text DEFAULT NULL)
+RETURNS bigint LANGUAGE c AS 'MODULE_PATHNAME', 'spike_enqueue';
 
-CREATE FUNCTION pgjq.enqueue_many(queue text, payloads jsonb[])
-RETURNS SETOF bigint LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'spike_enqueue_many';
+CREATE FUNCTION pgjq.enqueue_many(queue text, payloads jsonb[], priority integer DEFAULT 0,
+								  fair_key text DEFAULT NULL)
+RETURNS SETOF bigint LANGUAGE c AS 'MODULE_PATHNAME', 'spike_enqueue_many';
 
 CREATE FUNCTION pgjq.claim(queue text, batch integer DEFAULT 1, lease interval DEFAULT '5 min')
 RETURNS SETOF pgjq.claimed LANGUAGE c STRICT ROWS 10 AS 'MODULE_PATHNAME', 'spike_claim';
@@ -118,7 +122,7 @@ CREATE FUNCTION pgjq.spike_stats(
 	OUT ready bigint, OUT in_flight bigint, OUT published bigint, OUT claimed bigint,
 	OUT completed bigint, OUT stale bigint, OUT returned bigint, OUT truncations bigint,
 	OUT ring_full bigint, OUT rescued bigint, OUT failed bigint, OUT rebuilds bigint, OUT relocated bigint,
-	OUT cur_slot integer, OUT slot_open bigint[], OUT slot_appended bigint[])
+	OUT cur_slot integer, OUT slot_open bigint[], OUT slot_appended bigint[], OUT lanes bigint)
 RETURNS record LANGUAGE c AS 'MODULE_PATHNAME', 'spike_stats';
 
 /* what bench/run's helpers read: jobs not finished */

@@ -87,8 +87,13 @@ PG_MODULE_MAGIC;
 #define BODY_AFTER 2
 #define BODY_ENQUEUED 3
 #define BODY_ATTEMPT 4
-#define BODY_PAYLOAD 5
-#define BODY_NATTS 5
+#define BODY_PRIORITY 5
+#define BODY_FAIRKEY 6
+#define BODY_PAYLOAD 7
+#define BODY_NATTS 7
+
+#define FAIR_KEY_LEN 48			/* bytes of a fair key, terminator included */
+#define MAX_PRIOS 32			/* distinct priorities (the spike's bound) */
 
 /* a published position: which job, where its body is */
 typedef struct LaneEntry
@@ -97,6 +102,46 @@ typedef struct LaneEntry
 	ItemPointerData tid;
 	uint16		slot;
 } LaneEntry;
+
+/*
+ * A lane: the ready jobs of one (priority, fair key), in publication order,
+ * as a list of nodes of the shared pool.  Lanes with jobs that may run are
+ * linked in their priority's ring; a claim takes one job per lane per turn
+ * of the ring (the first of every key, then the second, ...).  A lane whose
+ * key has pgjq_spike.key_concurrency jobs running is unlinked (parked):
+ * claims never see its jobs until a closure of the key commits.
+ */
+typedef struct LaneKey
+{
+	int16		priority;
+	char		fair_key[FAIR_KEY_LEN]; /* zero-padded: the key is hashed as
+										 * bytes */
+} LaneKey;
+
+typedef struct Lane
+{
+	LaneKey		key;			/* hash key */
+	int32		head;			/* first node, -1 when empty */
+	int32		tail;
+	int32		count;			/* ready jobs */
+	int32		running;		/* its jobs in the in-flight table */
+	int32		pinned;			/* positions committing producers will push */
+	bool		linked;			/* in its priority's ring */
+	struct Lane *prev;			/* ring links (shared memory is mapped at the */
+	struct Lane *next;			/* same address in every backend) */
+} Lane;
+
+typedef struct PosNode
+{
+	LaneEntry	e;
+	int32		next;
+} PosNode;
+
+typedef struct PrioRing
+{
+	int16		priority;
+	Lane	   *head;			/* next lane to take from; NULL when none */
+} PrioRing;
 
 typedef enum
 {
@@ -116,6 +161,7 @@ typedef struct InFlight
 	ItemPointerData tid;
 	uint16		slot;
 	uint8		state;
+	Lane	   *lane;			/* its running count is one of this entry */
 } InFlight;
 
 typedef struct SlotState
@@ -135,9 +181,11 @@ typedef struct SpikeShared
 	Oid			dbid;
 	int			cur_slot;
 	SlotState	slots[SPIKE_NSLOTS];
-	/* the lane: a deque of published positions, lane[(head + i) % cap] */
-	uint64		head;
-	uint64		count;
+	/* ready positions: lanes of nodes from a pool of lane_capacity */
+	int64		count;			/* ready positions in all lanes */
+	int32		free_head;		/* free nodes, linked by next */
+	int32		nrings;
+	PrioRing	rings[MAX_PRIOS];	/* by priority, ascending */
 	int64		reserved;		/* capacity reserved by committing producers */
 	int64		held;			/* CLAIMING entries (they return on abort) */
 	/* counters */
@@ -152,7 +200,7 @@ typedef struct SpikeShared
 	int64		failed;
 	int64		rebuilds;
 	int64		relocated;
-	LaneEntry	lane[FLEXIBLE_ARRAY_MEMBER];
+	PosNode		nodes[FLEXIBLE_ARRAY_MEMBER];
 } SpikeShared;
 
 /* settings */
@@ -160,9 +208,12 @@ static int	lane_capacity = 1048576;
 static int	max_in_flight = 65536;
 static int	slot_rows = 100000;
 static int	relocate_max = 1000;
+static int	max_lanes = 65536;
+static int	key_concurrency = 0;
 
 static SpikeShared *spike = NULL;
 static HTAB *inflight = NULL;
+static HTAB *lanes = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -173,6 +224,8 @@ typedef struct PendingEnq
 {
 	LaneEntry	e;
 	int			level;
+	LaneKey		key;
+	Lane	   *lane;			/* resolved and pinned at PRE_COMMIT */
 } PendingEnq;
 
 typedef struct PendingId
@@ -235,6 +288,7 @@ static Oid	ledger_oid,
 			tokseq_oid;
 
 void		_PG_init(void);
+static void lanes_clear(void);
 
 /* ---------------------------------------------------------------------
  * shared memory
@@ -242,8 +296,8 @@ void		_PG_init(void);
 static Size
 spike_struct_size(void)
 {
-	return add_size(offsetof(SpikeShared, lane),
-					mul_size(lane_capacity, sizeof(LaneEntry)));
+	return add_size(offsetof(SpikeShared, nodes),
+					mul_size(lane_capacity, sizeof(PosNode)));
 }
 
 static void
@@ -251,8 +305,9 @@ spike_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(add_size(spike_struct_size(),
-									hash_estimate_size(max_in_flight, sizeof(InFlight))));
+	RequestAddinShmemSpace(add_size(add_size(spike_struct_size(),
+											 hash_estimate_size(max_in_flight, sizeof(InFlight))),
+									hash_estimate_size(max_lanes, sizeof(Lane))));
 	RequestNamedLWLockTranche("pgjq_spike", 1);
 }
 
@@ -269,8 +324,9 @@ spike_shmem_startup(void)
 	spike = ShmemInitStruct("pgjq_spike", spike_struct_size(), &found);
 	if (!found)
 	{
-		memset(spike, 0, offsetof(SpikeShared, lane));
+		memset(spike, 0, offsetof(SpikeShared, nodes));
 		spike->lock = &(GetNamedLWLockTranche("pgjq_spike"))->lock;
+		lanes_clear();
 	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(int64);
@@ -278,31 +334,189 @@ spike_shmem_startup(void)
 	/* a hard bound: a full table makes claims return fewer jobs */
 	inflight = ShmemInitHash("pgjq_spike in-flight", max_in_flight, max_in_flight,
 							 &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(LaneKey);
+	info.entrysize = sizeof(Lane);
+	lanes = ShmemInitHash("pgjq_spike lanes", max_lanes, max_lanes,
+						  &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* lane deque; caller holds the lock */
-static inline void
-lane_push_back(const LaneEntry *e)
+/* ---------------------------------------------------------------------
+ * lanes (every function here: the caller holds spike->lock)
+ * --------------------------------------------------------------------- */
+
+/* empty the node pool and the rings (the lanes hash is emptied by callers) */
+static void
+lanes_clear(void)
 {
-	spike->lane[(spike->head + spike->count) % lane_capacity] = *e;
+	for (int i = 0; i < lane_capacity; i++)
+		spike->nodes[i].next = (i + 1 < lane_capacity) ? i + 1 : -1;
+	spike->free_head = 0;
+	spike->count = 0;
+	spike->nrings = 0;
+}
+
+/* the ring of a priority; with create, made if missing (NULL when full) */
+static PrioRing *
+ring_for(int16 priority, bool create)
+{
+	int			i;
+
+	for (i = 0; i < spike->nrings; i++)
+	{
+		if (spike->rings[i].priority == priority)
+			return &spike->rings[i];
+		if (spike->rings[i].priority > priority)
+			break;
+	}
+	if (!create || spike->nrings >= MAX_PRIOS)
+		return NULL;
+	memmove(&spike->rings[i + 1], &spike->rings[i], sizeof(PrioRing) * (spike->nrings - i));
+	spike->rings[i].priority = priority;
+	spike->rings[i].head = NULL;
+	spike->nrings++;
+	return &spike->rings[i];
+}
+
+static void
+lane_link(Lane *l)
+{
+	PrioRing   *r = ring_for(l->key.priority, false);
+
+	if (r->head == NULL)
+	{
+		l->next = l->prev = l;
+		r->head = l;
+	}
+	else
+	{
+		/* at the tail: the lane waits for its turn behind the others */
+		Lane	   *h = r->head;
+
+		l->next = h;
+		l->prev = h->prev;
+		h->prev->next = l;
+		h->prev = l;
+	}
+	l->linked = true;
+}
+
+static void
+lane_unlink(Lane *l)
+{
+	PrioRing   *r = ring_for(l->key.priority, false);
+
+	if (l->next == l)
+		r->head = NULL;
+	else
+	{
+		l->prev->next = l->next;
+		l->next->prev = l->prev;
+		if (r->head == l)
+			r->head = l->next;
+	}
+	l->next = l->prev = NULL;
+	l->linked = false;
+}
+
+/*
+ * After a lane's counts changed: linked exactly when it has jobs and its key
+ * is under key_concurrency; dropped when nothing refers to it any more.
+ */
+static void
+lane_settle(Lane *l)
+{
+	bool		want = l->count > 0 &&
+		(key_concurrency <= 0 || l->running < key_concurrency);
+
+	if (want && !l->linked)
+		lane_link(l);
+	else if (!want && l->linked)
+		lane_unlink(l);
+	if (!l->linked && l->count == 0 && l->running == 0 && l->pinned == 0)
+		hash_search(lanes, &l->key, HASH_REMOVE, NULL);
+}
+
+/* the lane of a key, made if missing (NULL when max_lanes are in use) */
+static Lane *
+lane_get(const LaneKey *key)
+{
+	bool		found;
+	Lane	   *l = hash_search(lanes, key, HASH_ENTER_NULL, &found);
+
+	if (l != NULL && !found)
+	{
+		l->head = l->tail = -1;
+		l->count = l->running = l->pinned = 0;
+		l->linked = false;
+		l->prev = l->next = NULL;
+	}
+	return l;
+}
+
+/* node room is reserved by the callers: these never fail */
+static void
+lane_push_back(Lane *l, const LaneEntry *e)
+{
+	int32		n = spike->free_head;
+
+	spike->free_head = spike->nodes[n].next;
+	spike->nodes[n].e = *e;
+	spike->nodes[n].next = -1;
+	if (l->tail >= 0)
+		spike->nodes[l->tail].next = n;
+	else
+		l->head = n;
+	l->tail = n;
+	l->count++;
 	spike->count++;
 }
 
-static inline void
-lane_push_front(const LaneEntry *e)
+static void
+lane_push_front(Lane *l, const LaneEntry *e)
 {
-	spike->head = (spike->head + lane_capacity - 1) % lane_capacity;
-	spike->lane[spike->head] = *e;
+	int32		n = spike->free_head;
+
+	spike->free_head = spike->nodes[n].next;
+	spike->nodes[n].e = *e;
+	spike->nodes[n].next = l->head;
+	l->head = n;
+	if (l->tail < 0)
+		l->tail = n;
+	l->count++;
 	spike->count++;
 }
 
-static inline void
-lane_pop_front(LaneEntry *e)
+static void
+lane_pop_front(Lane *l, LaneEntry *e)
 {
-	*e = spike->lane[spike->head];
-	spike->head = (spike->head + 1) % lane_capacity;
+	int32		n = l->head;
+
+	*e = spike->nodes[n].e;
+	l->head = spike->nodes[n].next;
+	if (l->head < 0)
+		l->tail = -1;
+	spike->nodes[n].next = spike->free_head;
+	spike->free_head = n;
+	l->count--;
 	spike->count--;
+}
+
+/* a lane key from a priority and a fair key (NULL: none) */
+static void
+lane_key(LaneKey *k, int16 priority, const char *fair_key)
+{
+	memset(k, 0, sizeof(LaneKey));
+	k->priority = priority;
+	if (fair_key != NULL)
+	{
+		if (strlen(fair_key) >= FAIR_KEY_LEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("fair_key must be shorter than %d bytes in the spike", FAIR_KEY_LEN)));
+		strcpy(k->fair_key, fair_key);
+	}
 }
 
 /* ---------------------------------------------------------------------
@@ -382,6 +596,18 @@ check_ready(void)
 			(max) = newmax; \
 		} \
 	} while (0)
+
+/* the priority and fair key of a body row (palloc'd key, NULL for none) */
+static void
+body_lane(HeapTuple tup, TupleDesc desc, int16 *prio, char **key)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(tup, BODY_PRIORITY, desc, &isnull);
+
+	*prio = isnull ? 0 : DatumGetInt16(d);
+	d = heap_getattr(tup, BODY_FAIRKEY, desc, &isnull);
+	*key = isnull ? NULL : TextDatumGetCString(d);
+}
 
 /* room for m more entries in a pending list, before anything moves */
 #define RESERVE(arr, n, max, type, m) \
@@ -490,8 +716,12 @@ maybe_truncate(void)
 static void
 body_values(Datum *values, bool *nulls, int i, const int64 *ids, Datum *payloads,
 			TimestampTz now, const TimestampTz *enq_at, const int64 *after,
-			const int32 *attempt)
+			const int32 *attempt, const int16 *prio, char *const *keys)
 {
+	values[BODY_PRIORITY - 1] = Int16GetDatum(prio ? prio[i] : 0);
+	nulls[BODY_PRIORITY - 1] = (prio == NULL || prio[i] == 0);
+	values[BODY_FAIRKEY - 1] = (keys && keys[i]) ? CStringGetTextDatum(keys[i]) : (Datum) 0;
+	nulls[BODY_FAIRKEY - 1] = !(keys && keys[i]);
 	values[BODY_ID - 1] = Int64GetDatum(ids[i]);
 	nulls[BODY_ID - 1] = false;
 	values[BODY_AFTER - 1] = after ? Int64GetDatum(after[i]) : (Datum) 0;
@@ -515,9 +745,11 @@ body_values(Datum *values, bool *nulls, int i, const int64 *ids, Datum *payloads
  */
 static int
 body_append(int n, Datum *payloads, int64 *ids, const TimestampTz *enq_at,
-			const int64 *after, const int32 *attempt, ItemPointerData *tids_out)
+			const int64 *after, const int32 *attempt, const int16 *prio,
+			char *const *keys, ItemPointerData *tids_out)
 {
 	ItemPointerData *tids = tids_out ? tids_out : palloc(sizeof(ItemPointerData) * n);
+	LaneKey    *lkeys = palloc(sizeof(LaneKey) * n);
 
 	int			s = choose_slot(n);
 	Relation	rel = table_open(body_oid[s], RowExclusiveLock);
@@ -544,6 +776,10 @@ body_append(int n, Datum *payloads, int64 *ids, const TimestampTz *enq_at,
 		k++;
 	}
 
+	/* before anything is written: a fair key too long fails here */
+	for (int i = 0; i < n; i++)
+		lane_key(&lkeys[i], prio ? prio[i] : 0, keys ? keys[i] : NULL);
+
 	if (after == NULL)
 		for (int i = 0; i < n; i++)
 			ids[i] = nextval_internal(jobseq_oid, false);
@@ -554,7 +790,7 @@ body_append(int n, Datum *payloads, int64 *ids, const TimestampTz *enq_at,
 		bool		nulls[BODY_NATTS];
 		HeapTuple	tup;
 
-		body_values(values, nulls, 0, ids, payloads, now, enq_at, after, attempt);
+		body_values(values, nulls, 0, ids, payloads, now, enq_at, after, attempt, prio, keys);
 		tup = heap_form_tuple(desc, values, nulls);
 		heap_insert(rel, tup, cid, 0, NULL);
 		tids[0] = tup->t_self;
@@ -576,7 +812,7 @@ body_append(int n, Datum *payloads, int64 *ids, const TimestampTz *enq_at,
 				Datum		values[BODY_NATTS];
 				bool		nulls[BODY_NATTS];
 
-				body_values(values, nulls, done + i, ids, payloads, now, enq_at, after, attempt);
+				body_values(values, nulls, done + i, ids, payloads, now, enq_at, after, attempt, prio, keys);
 				ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slots[i], true);
 			}
 			heap_multi_insert(rel, slots, m, cid, 0, bistate);
@@ -614,6 +850,8 @@ body_append(int n, Datum *payloads, int64 *ids, const TimestampTz *enq_at,
 			p_enq[n_enq].e.tid = tids[i];
 			p_enq[n_enq].e.slot = s;
 			p_enq[n_enq].level = level;
+			p_enq[n_enq].key = lkeys[i];
+			p_enq[n_enq].lane = NULL;
 			n_enq++;
 		}
 	return s;
@@ -622,15 +860,34 @@ body_append(int n, Datum *payloads, int64 *ids, const TimestampTz *enq_at,
 /* ---------------------------------------------------------------------
  * enqueue
  * --------------------------------------------------------------------- */
+static int16
+arg_priority(int32 p)
+{
+	if (p < PG_INT16_MIN || p > PG_INT16_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("priority must be between %d and %d", PG_INT16_MIN, PG_INT16_MAX)));
+	return (int16) p;
+}
+
 PG_FUNCTION_INFO_V1(spike_enqueue);
 Datum
 spike_enqueue(PG_FUNCTION_ARGS)
 {
-	Datum		payload = PointerGetDatum(PG_GETARG_JSONB_P(1));
+	Datum		payload;
 	int64		id;
+	int16		prio;
+	char	   *key;
 
+	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("payload and priority must not be NULL")));
+	payload = PointerGetDatum(PG_GETARG_JSONB_P(1));
+	prio = arg_priority(PG_GETARG_INT32(2));
+	key = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
 	check_ready();
-	body_append(1, &payload, &id, NULL, NULL, NULL, NULL);
+	body_append(1, &payload, &id, NULL, NULL, NULL, &prio, &key, NULL);
 	PG_RETURN_INT64(id);
 }
 
@@ -638,13 +895,24 @@ PG_FUNCTION_INFO_V1(spike_enqueue_many);
 Datum
 spike_enqueue_many(PG_FUNCTION_ARGS)
 {
-	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(1);
+	ArrayType  *arr;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum	   *elems;
 	bool	   *nulls;
 	int			n;
 	int64	   *ids;
+	int16	   *prio;
+	char	  **keys;
+	int16		p;
+	char	   *key;
 
+	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("payloads and priority must not be NULL")));
+	arr = PG_GETARG_ARRAYTYPE_P(1);
+	p = arg_priority(PG_GETARG_INT32(2));
+	key = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
 	check_ready();
 	/* a scalar SETOF: the expected descriptor has the one column */
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
@@ -657,7 +925,14 @@ spike_enqueue_many(PG_FUNCTION_ARGS)
 	if (n == 0)
 		return (Datum) 0;
 	ids = palloc(sizeof(int64) * n);
-	body_append(n, elems, ids, NULL, NULL, NULL, NULL);
+	prio = palloc(sizeof(int16) * n);
+	keys = palloc(sizeof(char *) * n);
+	for (int i = 0; i < n; i++)
+	{
+		prio[i] = p;
+		keys[i] = key;
+	}
+	body_append(n, elems, ids, NULL, NULL, NULL, prio, keys, NULL);
 	for (int i = 0; i < n; i++)
 	{
 		Datum		v = Int64GetDatum(ids[i]);
@@ -708,16 +983,32 @@ do_claim(FunctionCallInfo fcinfo, int batch, Interval *lease)
 	RESERVE(p_claim, n_claim, max_claim, PendingId, batch);
 
 	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
-	while (k < batch && spike->count > 0)
+	while (k < batch)
 	{
-		LaneEntry	e = spike->lane[spike->head];
+		PrioRing   *r = NULL;
+		Lane	   *l;
+		LaneEntry	e;
 		bool		found;
-		InFlight   *f = hash_search(inflight, &e.id, HASH_ENTER_NULL, &found);
+		InFlight   *f;
 
+		/* the most urgent priority with a lane that may run */
+		for (int i = 0; i < spike->nrings && r == NULL; i++)
+			if (spike->rings[i].head != NULL)
+				r = &spike->rings[i];
+		if (r == NULL)
+			break;
+		l = r->head;
+		e = spike->nodes[l->head].e;
+		f = hash_search(inflight, &e.id, HASH_ENTER_NULL, &found);
 		if (f == NULL)
 			break;				/* in-flight table full: claim fewer */
 		Assert(!found);
-		lane_pop_front(&e);
+		lane_pop_front(l, &e);
+		l->running++;
+		/* its turn is over: the next lane, and this one parked or dropped if due */
+		r->head = l->next;
+		lane_settle(l);
+		f->lane = l;
 		f->token = token;
 		f->lease_until = lease_until;
 		f->xid = xid;
@@ -849,6 +1140,8 @@ close_found(int nok, const int64 *okid, const int64 *oktok, const ItemPointerDat
 		TimestampTz *enq = palloc(sizeof(TimestampTz) * nok);
 		int32	   *attempt = palloc(sizeof(int32) * nok);
 		int64	   *ids = palloc(sizeof(int64) * nok);
+		int16	   *prio = palloc(sizeof(int16) * nok);
+		char	  **keys = palloc(sizeof(char *) * nok);
 		Relation	rels[SPIKE_NSLOTS] = {NULL};
 
 		for (int i = 0; i < nok; i++)
@@ -873,12 +1166,13 @@ close_found(int nok, const int64 *okid, const int64 *oktok, const ItemPointerDat
 			if (isnull)
 				attempt[i] = 1;
 			attempt[i]++;
+			body_lane(&tup, desc, &prio[i], &keys[i]);
 			ReleaseBuffer(buf);
 		}
 		for (int s = 0; s < SPIKE_NSLOTS; s++)
 			if (rels[s])
 				table_close(rels[s], NoLock);
-		body_append(nok, payloads, ids, enq, oktok, attempt, NULL);
+		body_append(nok, payloads, ids, enq, oktok, attempt, prio, keys, NULL);
 		if (kind == 'f')
 			my_failed += nok;
 		else
@@ -1204,6 +1498,8 @@ relocate_stragglers(void)
 		TimestampTz *enq = palloc(sizeof(TimestampTz) * n);
 		int64	   *after = palloc(sizeof(int64) * n);
 		int32	   *attempt = palloc(sizeof(int32) * n);
+		int16	   *prio = palloc(sizeof(int16) * n);
+		char	  **keys = palloc(sizeof(char *) * n);
 		ItemPointerData *tids = palloc(sizeof(ItemPointerData) * n);
 		int			slot;
 
@@ -1224,10 +1520,11 @@ relocate_stragglers(void)
 			attempt[i] = DatumGetInt32(heap_getattr(&tup, BODY_ATTEMPT, desc, &isnull));
 			if (isnull)
 				attempt[i] = 1;
+			body_lane(&tup, desc, &prio[i], &keys[i]);
 			ReleaseBuffer(buf);
 		}
 		table_close(rel, NoLock);
-		slot = body_append(n, payloads, ids, enq, after, attempt, tids);
+		slot = body_append(n, payloads, ids, enq, after, attempt, prio, keys, tids);
 		for (int64 i = 0; i < n; i++)
 		{
 			p_reloc[n_reloc].id = ids[i];
@@ -1342,7 +1639,9 @@ undo_claims(int from)
 		e.id = f->id;
 		e.tid = f->tid;
 		e.slot = f->slot;
-		lane_push_front(&e);
+		lane_push_front(f->lane, &e);
+		f->lane->running--;
+		lane_settle(f->lane);
 		hash_search(inflight, &p_claim[i].id, HASH_REMOVE, NULL);
 		spike->held--;
 		spike->returned++;
@@ -1431,10 +1730,37 @@ spike_xact_callback(XactEvent event, void *arg)
 					 errmsg("cannot PREPARE a transaction that enqueued, claimed, heartbeated or finished jobs of pgjq_spike")));
 			break;
 		case XACT_EVENT_PRE_COMMIT:
-			/* reserve lane room now: the commit callback must not fail */
+			/*
+			 * resolve and pin the lanes, reserve node room: the commit
+			 * callback must not fail
+			 */
 			if (n_enq > 0)
 			{
 				LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+				for (int i = 0; i < n_enq; i++)
+				{
+					Lane	   *l;
+
+					if (i > 0 && memcmp(&p_enq[i].key, &p_enq[i - 1].key, sizeof(LaneKey)) == 0)
+						l = p_enq[i - 1].lane;
+					else if (ring_for(p_enq[i].key.priority, true) == NULL)
+					{
+						LWLockRelease(spike->lock);
+						ereport(ERROR,
+								(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+								 errmsg("pgjq_spike supports at most %d distinct priorities", MAX_PRIOS)));
+					}
+					else if ((l = lane_get(&p_enq[i].key)) == NULL)
+					{
+						LWLockRelease(spike->lock);
+						ereport(ERROR,
+								(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+								 errmsg("pgjq_spike has no room for another lane (%d in use)", max_lanes),
+								 errhint("Raise pgjq_spike.max_lanes.")));
+					}
+					l->pinned++;
+					p_enq[i].lane = l;
+				}
 				if ((int64) spike->count + spike->reserved + spike->held + n_enq > lane_capacity)
 				{
 					LWLockRelease(spike->lock);
@@ -1452,7 +1778,11 @@ spike_xact_callback(XactEvent event, void *arg)
 			LWLockAcquire(spike->lock, LW_EXCLUSIVE);
 			for (int i = 0; i < n_enq; i++)
 			{
-				lane_push_back(&p_enq[i].e);
+				Lane	   *l = p_enq[i].lane;
+
+				lane_push_back(l, &p_enq[i].e);
+				l->pinned--;
+				lane_settle(l);
 				spike->slots[p_enq[i].e.slot].open++;
 			}
 			spike->published += n_enq;
@@ -1503,8 +1833,13 @@ spike_xact_callback(XactEvent event, void *arg)
 
 				if (f != NULL && f->state == IF_CLOSING)
 				{
+					Lane	   *l = f->lane;
+
 					spike->slots[f->slot].open--;
 					hash_search(inflight, &p_close[i].id, HASH_REMOVE, NULL);
+					/* a parked key runs again once a job of it is closed */
+					l->running--;
+					lane_settle(l);
 					spike->completed++;
 					/* closed before its claim ever became OPEN */
 					if (p_close[i].was_claiming)
@@ -1529,6 +1864,12 @@ spike_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_ABORT:
 			LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+			for (int i = 0; i < n_enq; i++)
+				if (p_enq[i].lane != NULL)
+				{
+					p_enq[i].lane->pinned--;
+					lane_settle(p_enq[i].lane);
+				}
 			spike->reserved -= my_reserved;
 			for (int s = 0; s < SPIKE_NSLOTS; s++)
 				if (my_writer[s])
@@ -1632,7 +1973,14 @@ typedef struct RbBody			/* the newest version of a job */
 	int64		after;
 	ItemPointerData tid;
 	uint16		slot;
+	LaneKey		key;
 } RbBody;
+
+typedef struct RbPos			/* a position to put back, and its lane */
+{
+	LaneEntry	e;
+	LaneKey		key;
+} RbPos;
 
 static HTAB *
 rb_hash(const char *name, Size keysize, Size entrysize, long n)
@@ -1663,8 +2011,8 @@ int8_elems(Datum arr, int64 **out)
 static int
 lane_entry_cmp(const void *a, const void *b)
 {
-	int64		x = ((const LaneEntry *) a)->id;
-	int64		y = ((const LaneEntry *) b)->id;
+	int64		x = ((const RbPos *) a)->e.id;
+	int64		y = ((const RbPos *) b)->e.id;
 
 	return (x > y) - (x < y);
 }
@@ -1702,8 +2050,9 @@ rebuild_state(double *ms, int64 *nready_out, int64 *ninflight_out, int64 *nrows_
 	BlockNumber pages[SPIKE_NSLOTS];
 	int64		maxid = -1;
 	int			cur = 0;
-	LaneEntry  *ready;
+	RbPos	   *ready;
 	InFlight   *fl;
+	LaneKey    *flkey;
 	int64		nready = 0,
 				nfl = 0,
 				nrows = 0;
@@ -1801,9 +2150,14 @@ rebuild_state(double *ms, int64 *nready_out, int64 *ninflight_out, int64 *nrows_
 			b = hash_search(bodies, &id, HASH_ENTER, &found);
 			if (!found || b->after < a)
 			{
+				int16		prio;
+				char	   *key;
+
 				b->after = a;
 				b->tid = tup->t_self;
 				b->slot = s;
+				body_lane(tup, desc, &prio, &key);
+				lane_key(&b->key, prio, key);
 			}
 			rows[s]++;
 			nrows++;
@@ -1818,8 +2172,9 @@ rebuild_state(double *ms, int64 *nready_out, int64 *ninflight_out, int64 *nrows_
 		table_close(rel, AccessShareLock);
 	}
 
-	ready = palloc(sizeof(LaneEntry) * Max(hash_get_num_entries(bodies), 1));
+	ready = palloc(sizeof(RbPos) * Max(hash_get_num_entries(bodies), 1));
 	fl = palloc(sizeof(InFlight) * Max(hash_get_num_entries(bodies), 1));
+	flkey = palloc(sizeof(LaneKey) * Max(hash_get_num_entries(bodies), 1));
 	hash_seq_init(&hs, bodies);
 	while ((b = hash_seq_search(&hs)) != NULL)
 	{
@@ -1827,9 +2182,10 @@ rebuild_state(double *ms, int64 *nready_out, int64 *ninflight_out, int64 *nrows_
 
 		if (c == NULL || c->token <= b->after)
 		{
-			ready[nready].id = b->id;
-			ready[nready].tid = b->tid;
-			ready[nready].slot = b->slot;
+			ready[nready].e.id = b->id;
+			ready[nready].e.tid = b->tid;
+			ready[nready].e.slot = b->slot;
+			ready[nready].key = b->key;
 			nready++;
 		}
 		else
@@ -1850,6 +2206,7 @@ rebuild_state(double *ms, int64 *nready_out, int64 *ninflight_out, int64 *nrows_
 			fl[nfl].tid = b->tid;
 			fl[nfl].slot = b->slot;
 			fl[nfl].state = IF_OPEN;
+			flkey[nfl] = b->key;
 			nfl++;
 		}
 		open[b->slot]++;
@@ -1869,31 +2226,61 @@ rebuild_state(double *ms, int64 *nready_out, int64 *ninflight_out, int64 *nrows_
 						nfl, max_in_flight),
 				 errhint("Raise pgjq_spike.max_in_flight and restart.")));
 	/* enqueue order, as far as ids tell it */
-	qsort(ready, nready, sizeof(LaneEntry), lane_entry_cmp);
+	qsort(ready, nready, sizeof(RbPos), lane_entry_cmp);
 
 	LWLockAcquire(spike->lock, LW_EXCLUSIVE);
 	{
 		InFlight   *f;
 		int64		rebuilds = spike->rebuilds;
 
+		Lane	   *l;
+
 		hash_seq_init(&hs, inflight);
 		while ((f = hash_seq_search(&hs)) != NULL)
 			hash_search(inflight, &f->id, HASH_REMOVE, NULL);
+		hash_seq_init(&hs, lanes);
+		while ((l = hash_seq_search(&hs)) != NULL)
+			hash_search(lanes, &l->key, HASH_REMOVE, NULL);
 		memset(((char *) spike) + offsetof(SpikeShared, ready), 0,
-			   offsetof(SpikeShared, lane) - offsetof(SpikeShared, ready));
+			   offsetof(SpikeShared, nodes) - offsetof(SpikeShared, ready));
+		lanes_clear();
 		spike->rebuilds = rebuilds + 1;
 	}
-	for (int64 i = 0; i < nfl; i++)
+	for (int64 i = 0; i < nfl + nready; i++)
 	{
-		/* the table was emptied and holds max_in_flight: cannot fail */
-		InFlight   *f = hash_search(inflight, &fl[i].id, HASH_ENTER_NULL, NULL);
+		const LaneKey *k = i < nfl ? &flkey[i] : &ready[i - nfl].key;
+		Lane	   *l = NULL;
 
-		if (f != NULL)
-			*f = fl[i];
+		if (ring_for(k->priority, true) == NULL || (l = lane_get(k)) == NULL)
+		{
+			LWLockRelease(spike->lock);
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("pgjq_spike cannot rebuild: more lanes or priorities than it holds"),
+					 errhint("Raise pgjq_spike.max_lanes and restart.")));
+		}
+		if (i < nfl)
+		{
+			/* the table was emptied and holds max_in_flight: cannot fail */
+			InFlight   *f = hash_search(inflight, &fl[i].id, HASH_ENTER_NULL, NULL);
+
+			if (f != NULL)
+			{
+				*f = fl[i];
+				f->lane = l;
+				l->running++;
+			}
+		}
+		else
+			lane_push_back(l, &ready[i - nfl].e);
 	}
-	for (int64 i = 0; i < nready; i++)
-		spike->lane[i] = ready[i];
-	spike->count = nready;
+	{
+		Lane	   *l;
+
+		hash_seq_init(&hs, lanes);
+		while ((l = hash_seq_search(&hs)) != NULL)
+			lane_settle(l);
+	}
 	for (int s = 0; s < SPIKE_NSLOTS; s++)
 	{
 		SlotState  *st = &spike->slots[s];
@@ -2015,8 +2402,16 @@ spike_reset(PG_FUNCTION_ARGS)
 	hash_seq_init(&hs, inflight);
 	while ((f = hash_seq_search(&hs)) != NULL)
 		hash_search(inflight, &f->id, HASH_REMOVE, NULL);
+	{
+		Lane	   *l;
+
+		hash_seq_init(&hs, lanes);
+		while ((l = hash_seq_search(&hs)) != NULL)
+			hash_search(lanes, &l->key, HASH_REMOVE, NULL);
+	}
 	memset(((char *) spike) + offsetof(SpikeShared, ready), 0,
-		   offsetof(SpikeShared, lane) - offsetof(SpikeShared, ready));
+		   offsetof(SpikeShared, nodes) - offsetof(SpikeShared, ready));
+	lanes_clear();
 	for (int s = 0; s < SPIKE_NSLOTS; s++)
 		spike->slots[s].clean = (s != 0);
 	spike->cur_slot = 0;
@@ -2031,10 +2426,11 @@ Datum
 spike_stats(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
-	Datum		values[16];
-	bool		nulls[16] = {0};
+	Datum		values[17];
+	bool		nulls[17] = {0};
 	Datum		open[SPIKE_NSLOTS],
 				app[SPIKE_NSLOTS];
+	int64		nlanes;
 
 	if (spike == NULL)
 		ereport(ERROR,
@@ -2056,6 +2452,7 @@ spike_stats(PG_FUNCTION_ARGS)
 	values[10] = Int64GetDatum(spike->failed);
 	values[11] = Int64GetDatum(spike->rebuilds);
 	values[12] = Int64GetDatum(spike->relocated);
+	nlanes = hash_get_num_entries(lanes);
 	values[13] = Int32GetDatum(spike->cur_slot);
 	for (int s = 0; s < SPIKE_NSLOTS; s++)
 	{
@@ -2065,6 +2462,7 @@ spike_stats(PG_FUNCTION_ARGS)
 	LWLockRelease(spike->lock);
 	values[14] = PointerGetDatum(construct_array(open, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[15] = PointerGetDatum(construct_array(app, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[16] = Int64GetDatum(nlanes);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 
@@ -2089,6 +2487,14 @@ _PG_init(void)
 							"Unfinished jobs a sealed slot may hold and still have them copied forward so that it can be truncated.",
 							NULL, &relocate_max, 1000, 0, 1000000,
 							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("pgjq_spike.max_lanes",
+							"Lanes (priority, fair key) with jobs ready or running.",
+							NULL, &max_lanes, 65536, 16, 16 * 1024 * 1024,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("pgjq_spike.key_concurrency",
+							"Jobs of one fair key that may run at once (0: no limit).",
+							NULL, &key_concurrency, 0, 0, INT_MAX,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pgjq_spike");
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = spike_shmem_request;
