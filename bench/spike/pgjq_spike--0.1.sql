@@ -83,8 +83,10 @@ CREATE FUNCTION pgjq.enqueue_many(queue text, payloads jsonb[], priority integer
 								  fair_key text DEFAULT NULL)
 RETURNS SETOF bigint LANGUAGE c AS 'MODULE_PATHNAME', 'spike_enqueue_many';
 
-CREATE FUNCTION pgjq.claim(queue text, batch integer DEFAULT 1, lease interval DEFAULT '5 min')
-RETURNS SETOF pgjq.claimed LANGUAGE c STRICT ROWS 10 AS 'MODULE_PATHNAME', 'spike_claim';
+/* wait: sleep up to this long for a job (woken by the commit that publishes it) */
+CREATE FUNCTION pgjq.claim(queue text, batch integer DEFAULT 1, lease interval DEFAULT '5 min',
+						   wait interval DEFAULT NULL)
+RETURNS SETOF pgjq.claimed LANGUAGE c ROWS 10 AS 'MODULE_PATHNAME', 'spike_claim';
 
 CREATE FUNCTION pgjq.complete(id bigint, token bigint)
 RETURNS boolean LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'spike_complete_one';

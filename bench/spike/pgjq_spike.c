@@ -62,6 +62,7 @@
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
 #include "storage/bufmgr.h"
+#include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "storage/lmgr.h"
 #include "storage/lwlock.h"
@@ -76,6 +77,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 PG_MODULE_MAGIC;
 
@@ -177,6 +179,8 @@ typedef struct SlotState
 typedef struct SpikeShared
 {
 	LWLock	   *lock;
+	ConditionVariable wake;		/* broadcast by commits that made jobs
+									 * claimable */
 	bool		ready;			/* set by spike_reset(): state matches tables */
 	Oid			dbid;
 	int			cur_slot;
@@ -326,6 +330,7 @@ spike_shmem_startup(void)
 	{
 		memset(spike, 0, offsetof(SpikeShared, nodes));
 		spike->lock = &(GetNamedLWLockTranche("pgjq_spike"))->lock;
+		ConditionVariableInit(&spike->wake);
 		lanes_clear();
 	}
 	memset(&info, 0, sizeof(info));
@@ -953,7 +958,7 @@ spike_enqueue_many(PG_FUNCTION_ARGS)
  * the ring, without an MVCC test: a published position proves its producer
  * committed) into the caller's tuplestore.
  */
-static void
+static int
 do_claim(FunctionCallInfo fcinfo, int batch, Interval *lease)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
@@ -971,7 +976,7 @@ do_claim(FunctionCallInfo fcinfo, int batch, Interval *lease)
 				 errmsg("batch must be between 1 and 10000")));
 	/* unlocked hint: an empty poll writes nothing and draws no token */
 	if (spike->count == 0)
-		return;
+		return 0;
 
 	xid = GetTopTransactionId();
 	token = nextval_internal(tokseq_oid, false);
@@ -1026,7 +1031,7 @@ do_claim(FunctionCallInfo fcinfo, int batch, Interval *lease)
 	LWLockRelease(spike->lock);
 
 	if (k == 0)
-		return;
+		return 0;
 
 	/* the claim's one durable record */
 	{
@@ -1077,16 +1082,60 @@ do_claim(FunctionCallInfo fcinfo, int batch, Interval *lease)
 	for (int s = 0; s < SPIKE_NSLOTS; s++)
 		if (rels[s])
 			table_close(rels[s], NoLock);
+	return k;
+}
+
+/* unlocked: is there a lane a claim would take from? */
+static bool
+claimable(void)
+{
+	for (int i = 0; i < spike->nrings; i++)
+		if (spike->rings[i].head != NULL)
+			return true;
+	return false;
 }
 
 PG_FUNCTION_INFO_V1(spike_claim);
 Datum
 spike_claim(PG_FUNCTION_ARGS)
 {
+	int			batch;
+	Interval   *lease;
+	TimestampTz until = 0;
+
+	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("batch and lease must not be NULL")));
+	batch = PG_GETARG_INT32(1);
+	lease = PG_GETARG_INTERVAL_P(2);
+	if (!PG_ARGISNULL(3))
+		until = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														TimestampTzGetDatum(GetCurrentTimestamp()),
+														PG_GETARG_DATUM(3)));
 	check_ready();
 	InitMaterializedSRF(fcinfo, 0);
 	maybe_truncate();
-	do_claim(fcinfo, PG_GETARG_INT32(1), PG_GETARG_INTERVAL_P(2));
+	if (do_claim(fcinfo, batch, lease) > 0 || until == 0)
+		return (Datum) 0;
+
+	/*
+	 * wait: sleep until a commit publishes jobs (or a closure unparks a
+	 * key), then claim; prepare before looking, so no broadcast is missed
+	 */
+	ConditionVariablePrepareToSleep(&spike->wake);
+	for (;;)
+	{
+		long		ms;
+
+		if (claimable() && do_claim(fcinfo, batch, lease) > 0)
+			break;
+		ms = (long) ((until - GetCurrentTimestamp()) / 1000);
+		if (ms <= 0)
+			break;
+		(void) ConditionVariableTimedSleep(&spike->wake, ms, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
 	return (Datum) 0;
 }
 
@@ -1860,6 +1909,9 @@ spike_xact_callback(XactEvent event, void *arg)
 				spike->truncations++;
 			}
 			LWLockRelease(spike->lock);
+			/* waiting claims: new jobs, or keys that may run again */
+			if (n_enq > 0 || n_close > 0)
+				ConditionVariableBroadcast(&spike->wake);
 			reset_local();
 			break;
 		case XACT_EVENT_ABORT:
