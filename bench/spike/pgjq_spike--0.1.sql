@@ -63,6 +63,23 @@ CREATE TABLE pgjq.done (
 	ids				bigint[] NOT NULL
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 
+/*
+ * delayed jobs: not in the ring (a job due in 30 days must not pin a slot);
+ * pgjq.promote() moves due rows into the ring (DELETE here, so dead tuples
+ * only on the delayed path, vacuumed as usual)
+ */
+CREATE TABLE pgjq.sched (
+	run_at			timestamptz NOT NULL,
+	id				bigint NOT NULL,
+	after_token		bigint,
+	enqueued_at		timestamptz NOT NULL,
+	attempt			integer,
+	priority		smallint,
+	fair_key		text,
+	payload			jsonb NOT NULL
+);
+CREATE INDEX sched_run_at ON pgjq.sched (run_at);
+
 CREATE SEQUENCE pgjq.job_id_seq AS bigint;
 CREATE SEQUENCE pgjq.token_seq AS bigint;
 
@@ -76,7 +93,7 @@ CREATE TYPE pgjq.claimed AS (
 );
 
 CREATE FUNCTION pgjq.enqueue(queue text, payload jsonb DEFAULT '{}', priority integer DEFAULT 0,
-							 fair_key text DEFAULT NULL)
+							 fair_key text DEFAULT NULL, run_at timestamptz DEFAULT NULL)
 RETURNS bigint LANGUAGE c AS 'MODULE_PATHNAME', 'spike_enqueue';
 
 CREATE FUNCTION pgjq.enqueue_many(queue text, payloads jsonb[], priority integer DEFAULT 0,
@@ -104,6 +121,13 @@ RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'spike_fail';
 CREATE FUNCTION pgjq.heartbeat(id bigint, token bigint, extend interval DEFAULT '5 min')
 RETURNS timestamptz LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'spike_heartbeat';
 
+/*
+ * the background worker's promotion pass: sleeps up to wait until a job is
+ * due, then moves up to max_jobs due jobs into the ring
+ */
+CREATE FUNCTION pgjq.promote(max_jobs integer DEFAULT 1000, wait interval DEFAULT '0')
+RETURNS bigint LANGUAGE c AS 'MODULE_PATHNAME', 'spike_promote';
+
 /* what the background worker would do: re-append jobs whose lease expired */
 CREATE FUNCTION pgjq.rescue(max_jobs integer DEFAULT 1000)
 RETURNS bigint LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'spike_rescue';
@@ -124,7 +148,8 @@ CREATE FUNCTION pgjq.spike_stats(
 	OUT ready bigint, OUT in_flight bigint, OUT published bigint, OUT claimed bigint,
 	OUT completed bigint, OUT stale bigint, OUT returned bigint, OUT truncations bigint,
 	OUT ring_full bigint, OUT rescued bigint, OUT failed bigint, OUT rebuilds bigint, OUT relocated bigint,
-	OUT cur_slot integer, OUT slot_open bigint[], OUT slot_appended bigint[], OUT lanes bigint)
+	OUT cur_slot integer, OUT slot_open bigint[], OUT slot_appended bigint[], OUT lanes bigint,
+	OUT promoted bigint)
 RETURNS record LANGUAGE c AS 'MODULE_PATHNAME', 'spike_stats';
 
 /* what bench/run's helpers read: jobs not finished */

@@ -50,9 +50,13 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "utils/fmgroids.h"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "executor/spi.h"
@@ -181,6 +185,8 @@ typedef struct SpikeShared
 	LWLock	   *lock;
 	ConditionVariable wake;		/* broadcast by commits that made jobs
 									 * claimable */
+	ConditionVariable due;		/* broadcast by commits that scheduled a job
+								 * earlier than next_due */
 	bool		ready;			/* set by spike_reset(): state matches tables */
 	Oid			dbid;
 	int			cur_slot;
@@ -204,6 +210,10 @@ typedef struct SpikeShared
 	int64		failed;
 	int64		rebuilds;
 	int64		relocated;
+	int64		promoted;
+	TimestampTz next_due;		/* earliest scheduled run_at; 0 = unknown,
+								 * look now; DT_NOEND = none */
+	uint64		due_gen;		/* bumped by every commit that lowers it */
 	PosNode		nodes[FLEXIBLE_ARRAY_MEMBER];
 } SpikeShared;
 
@@ -263,6 +273,14 @@ static int	n_ext = 0,
 static int64 my_rescued = 0;
 static int64 my_failed = 0;
 
+/* delayed jobs of this transaction, and its promotion pass */
+static bool my_due = false;
+static TimestampTz my_due_min = 0;
+static bool my_promoting = false;
+static int64 my_promoted = 0;
+static uint64 my_due_gen = 0;
+static TimestampTz my_next_due = 0;
+
 /* a relocated in-flight job: its copy, which commit makes its position */
 typedef struct PendingReloc
 {
@@ -288,6 +306,8 @@ static Oid	cached_db = InvalidOid;
 static Oid	body_oid[SPIKE_NSLOTS];
 static Oid	ledger_oid,
 			done_oid,
+			sched_oid,
+			sched_idx_oid,
 			jobseq_oid,
 			tokseq_oid;
 
@@ -331,6 +351,7 @@ spike_shmem_startup(void)
 		memset(spike, 0, offsetof(SpikeShared, nodes));
 		spike->lock = &(GetNamedLWLockTranche("pgjq_spike"))->lock;
 		ConditionVariableInit(&spike->wake);
+		ConditionVariableInit(&spike->due);
 		lanes_clear();
 	}
 	memset(&info, 0, sizeof(info));
@@ -561,6 +582,8 @@ check_ready(void)
 		}
 		ledger_oid = rel_oid(nsp, "ledger");
 		done_oid = rel_oid(nsp, "done");
+		sched_oid = rel_oid(nsp, "sched");
+		sched_idx_oid = rel_oid(nsp, "sched_run_at");
 		jobseq_oid = rel_oid(nsp, "job_id_seq");
 		tokseq_oid = rel_oid(nsp, "token_seq");
 		cached_db = MyDatabaseId;
@@ -875,6 +898,228 @@ arg_priority(int32 p)
 	return (int16) p;
 }
 
+/* columns of pgjq.sched */
+#define SCHED_RUN_AT 1
+#define SCHED_NATTS 8
+
+/*
+ * A delayed job goes to pgjq.sched (a plain table with a btree on run_at),
+ * not to the ring: a job due in 30 days must not pin a ring slot.  The
+ * promoter moves due rows into the ring (DELETE there, append here) in one
+ * transaction; dead tuples are thus only on the delayed path, for vacuum.
+ */
+static int64
+sched_insert(TimestampTz run_at, Datum payload, int16 prio, const char *key)
+{
+	Relation	rel = table_open(sched_oid, RowExclusiveLock);
+	Relation	idx = index_open(sched_idx_oid, RowExclusiveLock);
+	IndexInfo  *ii = BuildIndexInfo(idx);
+	Datum		values[SCHED_NATTS];
+	bool		nulls[SCHED_NATTS] = {0};
+	HeapTuple	tup;
+	int64		id;
+	LaneKey		k;
+	Datum		iv = TimestampTzGetDatum(run_at);
+	bool		inull = false;
+
+	lane_key(&k, prio, key);	/* a fair key too long fails before writing */
+	id = nextval_internal(jobseq_oid, false);
+	values[0] = TimestampTzGetDatum(run_at);
+	values[1] = Int64GetDatum(id);
+	nulls[2] = true;			/* after_token */
+	values[3] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	nulls[4] = true;			/* attempt 1 */
+	values[5] = Int16GetDatum(prio);
+	nulls[5] = (prio == 0);
+	values[6] = key ? CStringGetTextDatum(key) : (Datum) 0;
+	nulls[6] = (key == NULL);
+	values[7] = payload;
+	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	heap_insert(rel, tup, GetCurrentCommandId(true), 0, NULL);
+	index_insert(idx, &iv, &inull, &tup->t_self, rel, UNIQUE_CHECK_NO, false, ii);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+	if (!my_due || run_at < my_due_min)
+		my_due_min = run_at;
+	my_due = true;
+	return id;
+}
+
+/* the first run_at of pgjq.sched matching (strategy, bound), or DT_NOEND */
+static TimestampTz
+sched_first(Relation rel, Relation idx, Snapshot snap, StrategyNumber strategy, RegProcedure proc,
+			TimestampTz bound)
+{
+	ScanKeyData key;
+	IndexScanDesc scan;
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	TimestampTz r = DT_NOEND;
+	bool		isnull;
+
+	ScanKeyInit(&key, 1, strategy, proc, TimestampTzGetDatum(bound));
+	scan = index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+		r = DatumGetTimestampTz(slot_getattr(slot, SCHED_RUN_AT, &isnull));
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	return r;
+}
+
+/*
+ * promote(max_jobs, wait): the background worker's promotion pass.  Sleeps
+ * until the earliest scheduled job is due (a producer's commit that
+ * schedules an earlier one wakes it) or wait has passed, then moves up to
+ * max_jobs due jobs into the ring, oldest run_at first.  One promoter at a
+ * time.  Returns how many.
+ */
+PG_FUNCTION_INFO_V1(spike_promote);
+Datum
+spike_promote(PG_FUNCTION_ARGS)
+{
+	int			max_jobs;
+	TimestampTz until;
+	TimestampTz now;
+	Relation	rel,
+				idx;
+	Snapshot	snap;
+	ScanKeyData key;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	int			n = 0;
+	int64	   *ids;
+	int64	   *after;
+	TimestampTz *enq;
+	int32	   *attempt;
+	int16	   *prio;
+	char	  **keys;
+	Datum	   *payloads;
+	ItemPointerData *tids;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("max_jobs and wait must not be NULL")));
+	max_jobs = PG_GETARG_INT32(0);
+	if (max_jobs < 1 || max_jobs > 100000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_jobs must be between 1 and 100000")));
+	until = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+													TimestampTzGetDatum(GetCurrentTimestamp()),
+													PG_GETARG_DATUM(1)));
+	check_ready();
+	if (my_promoting)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pgjq.promote() runs once per transaction")));
+
+	/*
+	 * one promoter at a time: a lock on an object tag of pgjq.sched, not on
+	 * the relation, which autovacuum takes and a promoter would wait for
+	 */
+	LockDatabaseObject(RelationRelationId, sched_oid, 1, ExclusiveLock);
+	ids = palloc(sizeof(int64) * max_jobs);
+	after = palloc(sizeof(int64) * max_jobs);
+	enq = palloc(sizeof(TimestampTz) * max_jobs);
+	attempt = palloc(sizeof(int32) * max_jobs);
+	prio = palloc(sizeof(int16) * max_jobs);
+	keys = palloc(sizeof(char *) * max_jobs);
+	payloads = palloc(sizeof(Datum) * max_jobs);
+	tids = palloc(sizeof(ItemPointerData) * max_jobs);
+	rel = table_open(sched_oid, RowExclusiveLock);
+	idx = index_open(sched_idx_oid, AccessShareLock);
+	for (;;)
+	{
+		/* sleep until the earliest job is due, or the wait is over */
+		ConditionVariablePrepareToSleep(&spike->due);
+		for (;;)
+		{
+			TimestampTz nd = spike->next_due;	/* unlocked: a hint */
+
+			now = GetCurrentTimestamp();
+			if (nd <= now)
+				break;
+			if (until <= now)
+			{
+				ConditionVariableCancelSleep();
+				index_close(idx, NoLock);
+				table_close(rel, NoLock);
+				PG_RETURN_INT64(0);
+			}
+			(void) ConditionVariableTimedSleep(&spike->due,
+											   (long) ((Min(nd, until) - now + 999) / 1000),
+											   PG_WAIT_EXTENSION);
+		}
+		ConditionVariableCancelSleep();
+
+		/* the generation first, the snapshot after: see the commit callback */
+		LWLockAcquire(spike->lock, LW_SHARED);
+		my_due_gen = spike->due_gen;
+		LWLockRelease(spike->lock);
+		snap = RegisterSnapshot(GetLatestSnapshot());
+		now = GetCurrentTimestamp();
+		slot = table_slot_create(rel, NULL);
+		ScanKeyInit(&key, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
+		scan = index_beginscan(rel, idx, snap, 1, 0);
+		index_rescan(scan, &key, 1, NULL, 0);
+		while (n < max_jobs && index_getnext_slot(scan, ForwardScanDirection, slot))
+		{
+			bool		isnull;
+			Datum		d;
+
+			slot_getallattrs(slot);
+			ids[n] = DatumGetInt64(slot_getattr(slot, 2, &isnull));
+			d = slot_getattr(slot, 3, &isnull);
+			after[n] = isnull ? 0 : DatumGetInt64(d);
+			enq[n] = DatumGetTimestampTz(slot_getattr(slot, 4, &isnull));
+			d = slot_getattr(slot, 5, &isnull);
+			attempt[n] = isnull ? 1 : DatumGetInt32(d);
+			d = slot_getattr(slot, 6, &isnull);
+			prio[n] = isnull ? 0 : DatumGetInt16(d);
+			d = slot_getattr(slot, 7, &isnull);
+			keys[n] = isnull ? NULL : TextDatumGetCString(d);
+			payloads[n] = PointerGetDatum(PG_DETOAST_DATUM_COPY(slot_getattr(slot, 8, &isnull)));
+			tids[n] = slot->tts_tid;
+			n++;
+		}
+		/* what comes due next: more due now, or the first later one */
+		if (n == max_jobs && index_getnext_slot(scan, ForwardScanDirection, slot))
+			my_next_due = 0;
+		else
+			my_next_due = sched_first(rel, idx, snap, BTGreaterStrategyNumber, F_TIMESTAMPTZ_GT, now);
+		index_endscan(scan);
+		ExecDropSingleTupleTableSlot(slot);
+		UnregisterSnapshot(snap);
+		if (n > 0)
+			break;
+
+		/*
+		 * nothing due (next_due was unknown, or the job went): an empty pass
+		 * changes nothing, so what comes next can be told now
+		 */
+		LWLockAcquire(spike->lock, LW_EXCLUSIVE);
+		if (spike->due_gen == my_due_gen || my_next_due < spike->next_due)
+			spike->next_due = my_next_due;
+		LWLockRelease(spike->lock);
+		if (until <= GetCurrentTimestamp())
+		{
+			index_close(idx, NoLock);
+			table_close(rel, NoLock);
+			PG_RETURN_INT64(0);
+		}
+	}
+	for (int i = 0; i < n; i++)
+		simple_heap_delete(rel, &tids[i]);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+	if (n > 0)
+		body_append(n, payloads, ids, enq, after, attempt, prio, keys, NULL);
+	my_promoting = true;
+	my_promoted = n;
+	PG_RETURN_INT64(n);
+}
+
 PG_FUNCTION_INFO_V1(spike_enqueue);
 Datum
 spike_enqueue(PG_FUNCTION_ARGS)
@@ -892,6 +1137,8 @@ spike_enqueue(PG_FUNCTION_ARGS)
 	prio = arg_priority(PG_GETARG_INT32(2));
 	key = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
 	check_ready();
+	if (!PG_ARGISNULL(4) && PG_GETARG_TIMESTAMPTZ(4) > GetCurrentTimestamp())
+		PG_RETURN_INT64(sched_insert(PG_GETARG_TIMESTAMPTZ(4), payload, prio, key));
 	body_append(1, &payload, &id, NULL, NULL, NULL, &prio, &key, NULL);
 	PG_RETURN_INT64(id);
 }
@@ -1661,6 +1908,8 @@ reset_local(void)
 {
 	n_enq = n_claim = n_close = n_ext = n_reloc = 0;
 	my_failed = my_rescued = 0;
+	my_due = my_promoting = false;
+	my_promoted = 0;
 	if (any_writer)
 		memset(my_writer, 0, sizeof(my_writer));
 	any_writer = false;
@@ -1766,7 +2015,7 @@ static void
 spike_xact_callback(XactEvent event, void *arg)
 {
 	bool		pending = n_enq > 0 || n_claim > 0 || n_close > 0 || n_ext > 0 ||
-		n_reloc > 0 || any_writer || my_truncating >= 0;
+		n_reloc > 0 || any_writer || my_truncating >= 0 || my_due || my_promoting;
 
 	if (!pending || spike == NULL)
 		return;
@@ -1908,10 +2157,31 @@ spike_xact_callback(XactEvent event, void *arg)
 				st->appended = 0;
 				spike->truncations++;
 			}
+			if (my_due && my_due_min < spike->next_due)
+			{
+				spike->next_due = my_due_min;
+				spike->due_gen++;
+			}
+			else
+				my_due = false; /* nothing to tell the promoter */
+			if (my_promoting)
+			{
+				/*
+				 * a producer that scheduled an earlier job after the pass's
+				 * snapshot bumped the generation: keep the earlier time
+				 */
+				if (spike->due_gen == my_due_gen)
+					spike->next_due = my_next_due;
+				else if (my_next_due < spike->next_due)
+					spike->next_due = my_next_due;
+				spike->promoted += my_promoted;
+			}
 			LWLockRelease(spike->lock);
 			/* waiting claims: new jobs, or keys that may run again */
 			if (n_enq > 0 || n_close > 0)
 				ConditionVariableBroadcast(&spike->wake);
+			if (my_due)
+				ConditionVariableBroadcast(&spike->due);
 			reset_local();
 			break;
 		case XACT_EVENT_ABORT:
@@ -2407,6 +2677,8 @@ spike_rebuild(PG_FUNCTION_ARGS)
 		}
 		ledger_oid = rel_oid(nsp, "ledger");
 		done_oid = rel_oid(nsp, "done");
+		sched_oid = rel_oid(nsp, "sched");
+		sched_idx_oid = rel_oid(nsp, "sched_run_at");
 		jobseq_oid = rel_oid(nsp, "job_id_seq");
 		tokseq_oid = rel_oid(nsp, "token_seq");
 		cached_db = MyDatabaseId;
@@ -2445,7 +2717,7 @@ spike_reset(PG_FUNCTION_ARGS)
 	spike->ready = false;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	SPI_execute("TRUNCATE pgjq.body_0, pgjq.body_1, pgjq.body_2, pgjq.body_3, pgjq.ledger, pgjq.done",
+	SPI_execute("TRUNCATE pgjq.body_0, pgjq.body_1, pgjq.body_2, pgjq.body_3, pgjq.ledger, pgjq.done, pgjq.sched",
 				false, 0);
 	SPI_finish();
 
@@ -2478,8 +2750,8 @@ Datum
 spike_stats(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
-	Datum		values[17];
-	bool		nulls[17] = {0};
+	Datum		values[18];
+	bool		nulls[18] = {0};
 	Datum		open[SPIKE_NSLOTS],
 				app[SPIKE_NSLOTS];
 	int64		nlanes;
@@ -2515,6 +2787,7 @@ spike_stats(PG_FUNCTION_ARGS)
 	values[14] = PointerGetDatum(construct_array(open, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[15] = PointerGetDatum(construct_array(app, SPIKE_NSLOTS, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[16] = Int64GetDatum(nlanes);
+	values[17] = Int64GetDatum(spike->promoted);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 
