@@ -48,6 +48,7 @@
 #include <math.h>
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "commands/dbcommands.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -57,6 +58,7 @@
 #include "utils/hsearch.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -76,6 +78,8 @@ typedef struct MetricsHist
 typedef struct MetricsKey
 {
 	Oid			dboid;
+	Oid			incarnation;	/* OID of pgjq.job: a new CREATE EXTENSION
+								 * starts over */
 	int32		queue_id;		/* 0: no queue could be named */
 } MetricsKey;
 
@@ -91,6 +95,7 @@ typedef struct ClaimSlot
 {
 	int64		token;			/* 0: empty */
 	Oid			dboid;
+	Oid			incarnation;
 	int32		queue_id;
 	TimestampTz at;
 } ClaimSlot;
@@ -120,6 +125,7 @@ typedef struct PendingMetric
 {
 	PendingKind kind;
 	int			level;			/* subtransaction nesting level */
+	Oid			incarnation;
 	int32		queue_id;
 	int			counter;		/* PK_COUNT */
 	int64		n;				/* PK_COUNT */
@@ -137,8 +143,12 @@ static bool callbacks_registered = false;
 static int32 call_queue = -1;	/* -1: none yet; 0: several */
 static int64 call_finished = 0;
 
+/* The incarnation of the extension the current call works in. */
+static Oid	incarnation = InvalidOid;
+
 static PgjqLeftRunningHook prev_left_running_hook = NULL;
 static PgjqJobsFinishedHook prev_jobs_finished_hook = NULL;
+static PgjqStorageBeginHook prev_storage_begin_hook = NULL;
 
 static void xact_callback(XactEvent event, void *arg);
 static void subxact_callback(SubXactEvent event, SubTransactionId mySubid,
@@ -222,10 +232,25 @@ jobs_finished(int32 queue_id, char state, int n)
 		call_queue = 0;
 }
 
+/*
+ * Every pgjq call enters the storage engine before it reports anything:
+ * note which incarnation of the extension its counts belong to (after DROP
+ * and CREATE EXTENSION, queue ids and tokens start again).
+ */
+static void
+storage_begin(void)
+{
+	if (prev_storage_begin_hook)
+		prev_storage_begin_hook();
+	incarnation = get_relname_relid("job", get_namespace_oid("pgjq", true));
+}
+
 /* Per-backend setup when preloaded (from _PG_init via shmem.c). */
 void
 pgjq_metrics_startup(void)
 {
+	prev_storage_begin_hook = pgjq_storage_begin_hook;
+	pgjq_storage_begin_hook = storage_begin;
 	prev_left_running_hook = pgjq_left_running_hook;
 	pgjq_left_running_hook = left_running;
 	prev_jobs_finished_hook = pgjq_jobs_finished_hook;
@@ -260,7 +285,7 @@ pending_entry(PendingKind kind, int32 queue_id, int counter)
 		{
 			p = &pending[i];
 			if (p->kind == kind && p->queue_id == queue_id && p->counter == counter &&
-				p->level == level)
+				p->level == level && p->incarnation == incarnation)
 				return p;
 		}
 	if (npending == maxpending)
@@ -277,6 +302,7 @@ pending_entry(PendingKind kind, int32 queue_id, int counter)
 	memset(p, 0, sizeof(PendingMetric));
 	p->kind = kind;
 	p->level = level;
+	p->incarnation = incarnation;
 	p->queue_id = queue_id;
 	p->counter = counter;
 	return p;
@@ -367,7 +393,8 @@ token_lookup(int64 token, int32 *queue_id, TimestampTz *at)
 	if (token <= 0)
 		return false;
 	slot = &shared->claims[token % shared->nclaims];
-	if (slot->token != token || slot->dboid != MyDatabaseId)
+	if (slot->token != token || slot->dboid != MyDatabaseId ||
+		slot->incarnation != incarnation)
 		return false;
 	*queue_id = slot->queue_id;
 	*at = slot->at;
@@ -525,12 +552,14 @@ apply_pending(void)
 			slot = &shared->claims[p->token % shared->nclaims];
 			slot->token = p->token;
 			slot->dboid = MyDatabaseId;
+			slot->incarnation = p->incarnation;
 			slot->queue_id = p->queue_id;
 			slot->at = p->at;
 			continue;
 		}
 		memset(&key, 0, sizeof(key));
 		key.dboid = MyDatabaseId;
+		key.incarnation = p->incarnation;
 		key.queue_id = p->queue_id;
 		if (p->kind == PK_DROP)
 		{
@@ -820,11 +849,17 @@ collect(const char *name)
 
 		/* the hash never holds more (HASH_FIXED_SIZE) */
 		qm = palloc(sizeof(QueueMetrics) * pgjq_max_metrics_queues);
-		LWLockAcquire(shared->lock, LW_SHARED);
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 		overflow = shared->overflow;
 		hash_seq_init(&scan, queues);
 		while ((e = hash_seq_search(&scan)) != NULL)
 		{
+			/* entries of an earlier CREATE EXTENSION here: free them */
+			if (e->key.dboid == MyDatabaseId && e->key.incarnation != incarnation)
+			{
+				(void) hash_search(queues, &e->key, HASH_REMOVE, NULL);
+				continue;
+			}
 			if (e->key.dboid != MyDatabaseId ||
 				(only != 0 && e->key.queue_id != only) ||
 				nqm >= pgjq_max_metrics_queues)
@@ -833,18 +868,36 @@ collect(const char *name)
 		}
 		LWLockRelease(shared->lock);
 	}
-	/* name each entry by its queue; entries of dropped queues are skipped */
-	qm_name = palloc0(sizeof(char *) * Max(nqm, 1));
-	for (int i = 0; i < nqm; i++)
+	/*
+	 * One entry per queue, by name, and the queue-0 entry last.  A queue
+	 * without an entry has counted nothing since the server started, unless
+	 * counts overflowed: then its counters are left out rather than shown
+	 * as zeros.  Entries of dropped queues are skipped.
+	 */
 	{
-		if (qm[i].key.queue_id == 0)
-			continue;
-		for (int k = 0; k < ng; k++)
-			if (g[k].queue_id == qm[i].key.queue_id)
-			{
-				qm_name[i] = g[k].name;
-				break;
-			}
+		QueueMetrics *rows = palloc0(sizeof(QueueMetrics) * (ng + 1));
+		int			nrows = 0;
+
+		qm_name = palloc0(sizeof(char *) * (ng + 1));
+		for (int k = 0; k < ng && shared; k++)
+		{
+			int			i;
+
+			for (i = 0; i < nqm; i++)
+				if (qm[i].key.queue_id == g[k].queue_id)
+					break;
+			if (i == nqm && overflow > 0)
+				continue;
+			if (i < nqm)
+				rows[nrows] = qm[i];
+			rows[nrows].key.queue_id = g[k].queue_id;
+			qm_name[nrows++] = g[k].name;
+		}
+		for (int i = 0; i < nqm; i++)
+			if (qm[i].key.queue_id == 0)
+				rows[nrows++] = qm[i];
+		qm = rows;
+		nqm = nrows;
 	}
 	npasses = name ? 0 : pgjq_shmem_worker_passes(&passes);
 
