@@ -868,11 +868,12 @@ collect(const char *name)
 		}
 		LWLockRelease(shared->lock);
 	}
+
 	/*
 	 * One entry per queue, by name, and the queue-0 entry last.  A queue
 	 * without an entry has counted nothing since the server started, unless
-	 * counts overflowed: then its counters are left out rather than shown
-	 * as zeros.  Entries of dropped queues are skipped.
+	 * counts overflowed: then its counters are left out rather than shown as
+	 * zeros.  Entries of dropped queues are skipped.
 	 */
 	{
 		QueueMetrics *rows = palloc0(sizeof(QueueMetrics) * (ng + 1));

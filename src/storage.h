@@ -149,7 +149,7 @@ typedef enum PgjqCancelResult
 
 /* Final states as stored in job_history.state (completed jobs: job_done) */
 #define PGJQ_FINISHED_DEAD		'd'
-#define PGJQ_FINISHED_COMPLETED	'c'		/* reported to the hook only */
+#define PGJQ_FINISHED_COMPLETED	'c' /* reported to the hook only */
 #define PGJQ_FINISHED_CANCELLED	'x'
 
 extern void pgjq_storage_begin(void);
