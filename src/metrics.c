@@ -56,7 +56,6 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
-#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -718,29 +717,39 @@ static const Family families[NFAMILIES] = {
 
 static const char *const held_limit[4] = {"concurrency", "key_concurrency", "rate", "paused"};
 
-typedef struct Collector
+/*
+ * Samples are not kept: each is handed to the caller's emit function as
+ * soon as the next one starts (labels are added after add_sample), so a
+ * large database costs no array of samples.
+ */
+typedef struct Collector Collector;
+struct Collector
 {
-	Sample	   *samples;
-	int			n;
-	int			max;
-} Collector;
+	void		(*emit) (Collector *c, const Sample *s);
+	void	   *arg;
+	Sample		cur;
+	bool		has_cur;
+};
+
+static void
+flush_sample(Collector *c)
+{
+	if (c->has_cur)
+		c->emit(c, &c->cur);
+	c->has_cur = false;
+}
 
 static Sample *
 add_sample(Collector *c, int family, const char *suffix, double value)
 {
-	Sample	   *s;
+	Sample	   *s = &c->cur;
 
-	if (c->n == c->max)
-	{
-		c->max = Max(64, c->max * 2);
-		c->samples = c->samples ? repalloc(c->samples, sizeof(Sample) * c->max)
-			: palloc(sizeof(Sample) * c->max);
-	}
-	s = &c->samples[c->n++];
+	flush_sample(c);
 	memset(s, 0, sizeof(Sample));
 	s->family = family;
 	s->suffix = suffix;
 	s->value = value;
+	c->has_cur = true;
 	return s;
 }
 
@@ -800,10 +809,9 @@ seconds_since_epoch(TimestampTz t)
  * gauges from the tables, then the counters of the database's queues (of
  * one queue when `name` is not NULL).
  */
-static Collector *
-collect(const char *name)
+static void
+collect(const char *name, Collector *c)
 {
-	Collector  *c = palloc0(sizeof(Collector));
 	PgjqQueue	queue;
 	int32		only = 0;
 	PgjqQueueGauges *g;
@@ -971,7 +979,7 @@ collect(const char *name)
 		add_sample(c, FAM_HORIZON_SECONDS, "", horizon_s);
 	if (have_horizon)
 		add_sample(c, FAM_HORIZON_XACTS, "", horizon_x);
-	return c;
+	flush_sample(c);
 }
 
 /* The queue argument: NULL (every queue) or a valid name. */
@@ -997,8 +1005,76 @@ append_value(StringInfo buf, double v)
 		appendStringInfo(buf, "%.9g", v);
 }
 
+static int
+suffix_index(const char *suffix)
+{
+	if (strcmp(suffix, "_bucket") == 0)
+		return 1;
+	if (strcmp(suffix, "_sum") == 0)
+		return 2;
+	if (strcmp(suffix, "_count") == 0)
+		return 3;
+	return 0;
+}
+
+static void
+push_string(JsonbParseState **state, JsonbIteratorToken token, const char *str)
+{
+	JsonbValue	v;
+
+	v.type = jbvString;
+	v.val.string.val = (char *) str;
+	v.val.string.len = strlen(str);
+	(void) pushJsonbValue(state, token, &v);
+}
+
+/* The sample's labels as a jsonb object, built without parsing text. */
+static Datum
+labels_jsonb(const Sample *s)
+{
+	JsonbParseState *state = NULL;
+	JsonbValue *res;
+
+	(void) pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (int l = 0; l < s->nlabels; l++)
+	{
+		push_string(&state, WJB_KEY, s->lname[l]);
+		push_string(&state, WJB_VALUE, s->lvalue[l]);
+	}
+	res = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	return JsonbPGetDatum(JsonbValueToJsonb(res));
+}
+
 PG_FUNCTION_INFO_V1(pgjq_metrics);
 PG_FUNCTION_INFO_V1(pgjq_metrics_prometheus);
+
+typedef struct RowsState
+{
+	ReturnSetInfo *rsinfo;
+	Datum		names[NFAMILIES][4];	/* one text per family and suffix */
+	MemoryContext rowcxt;		/* each row's jsonb, freed once stored */
+} RowsState;
+
+static void
+emit_row(Collector *c, const Sample *s)
+{
+	RowsState  *st = c->arg;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+	int			sfx = suffix_index(s->suffix);
+	MemoryContext old;
+
+	if (st->names[s->family][sfx] == (Datum) 0)
+		st->names[s->family][sfx] =
+			CStringGetTextDatum(psprintf("%s%s", families[s->family].name, s->suffix));
+	values[0] = st->names[s->family][sfx];
+	old = MemoryContextSwitchTo(st->rowcxt);
+	values[1] = labels_jsonb(s);
+	MemoryContextSwitchTo(old);
+	values[2] = Float8GetDatum(s->value);
+	tuplestore_putvalues(st->rsinfo->setResult, st->rsinfo->setDesc, values, nulls);
+	MemoryContextReset(st->rowcxt);
+}
 
 /*
  * pgjq.metrics(queue): one row per sample (name, labels, value).  Without a
@@ -1008,37 +1084,19 @@ Datum
 pgjq_metrics(PG_FUNCTION_ARGS)
 {
 	char	   *name = queue_filter(fcinfo);
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Collector  *c;
-	StringInfoData buf;
+	RowsState	st;
+	Collector	c;
 
 	pgjq_srf_materialize(fcinfo);
-	c = collect(name);
-	initStringInfo(&buf);
-	for (int i = 0; i < c->n; i++)
-	{
-		Sample	   *s = &c->samples[i];
-		Datum		values[3];
-		bool		nulls[3] = {false, false, false};
-		char	   *full;
-
-		resetStringInfo(&buf);
-		appendStringInfoChar(&buf, '{');
-		for (int l = 0; l < s->nlabels; l++)
-		{
-			if (l > 0)
-				appendStringInfoString(&buf, ", ");
-			escape_json(&buf, s->lname[l]);
-			appendStringInfoString(&buf, ": ");
-			escape_json(&buf, s->lvalue[l]);
-		}
-		appendStringInfoChar(&buf, '}');
-		full = psprintf("%s%s", families[s->family].name, s->suffix);
-		values[0] = CStringGetTextDatum(full);
-		values[1] = DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
-		values[2] = Float8GetDatum(s->value);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
+	memset(&st, 0, sizeof(st));
+	st.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	st.rowcxt = AllocSetContextCreate(CurrentMemoryContext, "pgjq metrics row",
+									  ALLOCSET_DEFAULT_SIZES);
+	memset(&c, 0, sizeof(c));
+	c.emit = emit_row;
+	c.arg = &st;
+	collect(name, &c);
+	MemoryContextDelete(st.rowcxt);
 	return (Datum) 0;
 }
 
@@ -1059,6 +1117,47 @@ append_label_value(StringInfo buf, const char *v)
 	}
 }
 
+typedef struct TextState
+{
+	StringInfoData buf;
+	int			last;			/* the family whose header was written */
+} TextState;
+
+static void
+emit_line(Collector *c, const Sample *s)
+{
+	TextState  *st = c->arg;
+	StringInfo	buf = &st->buf;
+	const Family *f = &families[s->family];
+
+	if (s->family != st->last)
+	{
+		appendStringInfo(buf, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name,
+						 f->type == F_GAUGE ? "gauge" :
+						 f->type == F_COUNTER ? "counter" : "histogram");
+		st->last = s->family;
+	}
+	appendStringInfoString(buf, f->name);
+	appendStringInfoString(buf, s->suffix);
+	if (s->nlabels > 0)
+	{
+		appendStringInfoChar(buf, '{');
+		for (int l = 0; l < s->nlabels; l++)
+		{
+			if (l > 0)
+				appendStringInfoChar(buf, ',');
+			appendStringInfoString(buf, s->lname[l]);
+			appendStringInfoString(buf, "=\"");
+			append_label_value(buf, s->lvalue[l]);
+			appendStringInfoChar(buf, '"');
+		}
+		appendStringInfoChar(buf, '}');
+	}
+	appendStringInfoChar(buf, ' ');
+	append_value(buf, s->value);
+	appendStringInfoChar(buf, '\n');
+}
+
 /*
  * pgjq.metrics_prometheus(queue): the same samples in the Prometheus text
  * exposition format (version 0.0.4), # HELP and # TYPE once per family.
@@ -1067,40 +1166,14 @@ Datum
 pgjq_metrics_prometheus(PG_FUNCTION_ARGS)
 {
 	char	   *name = queue_filter(fcinfo);
-	Collector  *c = collect(name);
-	StringInfoData buf;
-	int			last = -1;
+	TextState	st;
+	Collector	c;
 
-	initStringInfo(&buf);
-	for (int i = 0; i < c->n; i++)
-	{
-		Sample	   *s = &c->samples[i];
-		const Family *f = &families[s->family];
-
-		if (s->family != last)
-		{
-			appendStringInfo(&buf, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name,
-							 f->type == F_GAUGE ? "gauge" :
-							 f->type == F_COUNTER ? "counter" : "histogram");
-			last = s->family;
-		}
-		appendStringInfo(&buf, "%s%s", f->name, s->suffix);
-		if (s->nlabels > 0)
-		{
-			appendStringInfoChar(&buf, '{');
-			for (int l = 0; l < s->nlabels; l++)
-			{
-				if (l > 0)
-					appendStringInfoChar(&buf, ',');
-				appendStringInfo(&buf, "%s=\"", s->lname[l]);
-				append_label_value(&buf, s->lvalue[l]);
-				appendStringInfoChar(&buf, '"');
-			}
-			appendStringInfoChar(&buf, '}');
-		}
-		appendStringInfoChar(&buf, ' ');
-		append_value(&buf, s->value);
-		appendStringInfoChar(&buf, '\n');
-	}
-	PG_RETURN_TEXT_P(cstring_to_text_with_len(buf.data, buf.len));
+	initStringInfo(&st.buf);
+	st.last = -1;
+	memset(&c, 0, sizeof(c));
+	c.emit = emit_line;
+	c.arg = &st;
+	collect(name, &c);
+	PG_RETURN_TEXT_P(cstring_to_text_with_len(st.buf.data, st.buf.len));
 }
