@@ -344,8 +344,12 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 		}
 		PG_END_TRY();
 		/* a claim over several queues counts its wait in each */
-		for (int i = 0; i < nqueues; i++)
-			pgjq_metrics_waited(queue_ids[i], GetCurrentTimestamp() - started);
+		{
+			int64		waited_us = GetCurrentTimestamp() - started;
+
+			for (int i = 0; i < nqueues; i++)
+				pgjq_metrics_waited(queue_ids[i], waited_us);
+		}
 	}
 
 	put_claimed(rsinfo, jobs, n);

@@ -210,6 +210,41 @@ unlike($text, qr/_total/, 'without preload: no counter in the text');
 $ok = IPC::Run::run([ $promtool, 'check', 'metrics' ], '<', \"$text\n", '>', \$out, '2>', \$err);
 ok($ok, 'promtool accepts the text without preload') or diag("$out$err");
 
+# ------------------------------------------- more queues than entries
+
+# pgjq.max_metrics_queues = 16: the 17th queue and later ones find no
+# entry; their counts go to the overflow counter, their counters are left
+# out (not shown as zeros), and nothing fails.
+my $small = PostgreSQL::Test::Cluster->new('small');
+$small->init;
+$small->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'pgjq'
+pgjq.database_names = ''
+pgjq.max_metrics_queues = 16
+});
+$small->start;
+$small->safe_psql(
+	'postgres', q{
+CREATE EXTENSION pgjq;
+SELECT count(pgjq.create_queue(format('q%s', lpad(i::text, 2, '0')))) FROM generate_series(1, 20) i;
+SELECT count(pgjq.enqueue(format('q%s', lpad(i::text, 2, '0')))) FROM generate_series(1, 20) i;
+});
+is( $small->safe_psql(
+		'postgres', q{
+SELECT (SELECT value FROM pgjq.metrics() WHERE name = 'pgjq_metrics_overflow_total') > 0,
+       (SELECT count(*) FROM pgjq.metrics() WHERE name = 'pgjq_jobs_enqueued_total'),
+       (SELECT sum(value) FROM pgjq.metrics() WHERE name = 'pgjq_jobs_enqueued_total')
+         + (SELECT value FROM pgjq.metrics() WHERE name = 'pgjq_metrics_overflow_total'),
+       (SELECT count(DISTINCT labels->>'queue') FROM pgjq.metrics() WHERE name = 'pgjq_jobs')}),
+	't|16|20|20',
+	'a full counter table: counts overflow, no queue shows a false zero, gauges for all');
+$text = $small->safe_psql('postgres', 'SELECT pgjq.metrics_prometheus()');
+($out, $err) = ('', '');
+$ok = IPC::Run::run([ $promtool, 'check', 'metrics' ], '<', \"$text\n", '>', \$out, '2>', \$err);
+ok($ok, 'promtool accepts the text with overflow') or diag("$out$err");
+$small->stop;
+
 $plain->stop;
 $node->stop;
 done_testing();
