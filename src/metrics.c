@@ -792,6 +792,16 @@ add_histogram(Collector *c, int family, const char *queue, const MetricsHist *h)
 	label(s, "queue", queue);
 }
 
+/* Order of copied entries by queue (one database and incarnation). */
+static int
+queue_metrics_cmp(const void *a, const void *b)
+{
+	int32		qa = ((const QueueMetrics *) a)->key.queue_id;
+	int32		qb = ((const QueueMetrics *) b)->key.queue_id;
+
+	return (qa > qb) - (qa < qb);
+}
+
 /* The plan behind the horizon series: health()'s ages. */
 static PgjqPlan plan_horizon = {
 	"SELECT horizon_age_seconds, horizon_age_xacts::float8 FROM pgjq.health()",
@@ -888,17 +898,19 @@ collect(const char *name, Collector *c)
 		int			nrows = 0;
 
 		qm_name = palloc0(sizeof(char *) * (ng + 1));
+		if (nqm > 1)
+			qsort(qm, nqm, sizeof(QueueMetrics), queue_metrics_cmp);
 		for (int k = 0; k < ng && shared; k++)
 		{
-			int			i;
+			QueueMetrics key;
+			QueueMetrics *e;
 
-			for (i = 0; i < nqm; i++)
-				if (qm[i].key.queue_id == g[k].queue_id)
-					break;
-			if (i == nqm && overflow > 0)
+			key.key.queue_id = g[k].queue_id;
+			e = nqm > 0 ? bsearch(&key, qm, nqm, sizeof(QueueMetrics), queue_metrics_cmp) : NULL;
+			if (e == NULL && overflow > 0)
 				continue;
-			if (i < nqm)
-				rows[nrows] = qm[i];
+			if (e != NULL)
+				rows[nrows] = *e;
 			rows[nrows].key.queue_id = g[k].queue_id;
 			qm_name[nrows++] = g[k].name;
 		}
@@ -944,6 +956,9 @@ collect(const char *name, Collector *c)
 				continue;
 			if (m == PGJQ_M_HELD_CONCURRENCY)
 			{
+				/* a claim always knows its queue */
+				if (qm[i].key.queue_id == 0)
+					continue;
 				for (int l = 0; l < 4; l++)
 				{
 					Sample	   *s = add_sample(c, counter_family(m), "",
