@@ -11,7 +11,10 @@
 #    pgjq's series with those values, and promtool accepts its output.
 # 3. promtool check metrics accepts pgjq.metrics_prometheus().
 # 4. Without shared_preload_libraries the gauges still work, the counters
-#    are absent and pgjq_counters_available is 0.
+#    are absent and pgjq_counters_available is 0, in metrics() and through
+#    the exporter.
+# 5. With pgjq.max_metrics_queues smaller than the queues, counts overflow
+#    into pgjq_metrics_overflow_total and no queue shows a false zero.
 
 use strict;
 use warnings;
@@ -79,31 +82,50 @@ is( $rows,
 
 # ------------------------------------------------------ the real exporter
 
-my $port = PostgreSQL::Test::Cluster::get_free_port();
-my $exporter_log = $PostgreSQL::Test::Utils::tmp_check . '/exporter.log';
-my $dsn = sprintf('host=%s port=%d user=exporter dbname=postgres sslmode=disable',
-	$node->host, $node->port);
-my $exporter = IPC::Run::start(
-	[
-		$exporter_bin, "--web.listen-address=127.0.0.1:$port",
-		"--extend.query-path=$queries", '--disable-default-metrics',
-		'--disable-settings-metrics', '--log.level=info'
-	],
-	'<', \undef, '>', $exporter_log, '2>&1',
-	init => sub { $ENV{DATA_SOURCE_NAME} = $dsn });
-END { local $?; $exporter->kill_kill if $exporter; }
+# start_exporter($node, $name): the exporter on a free loopback port with
+# the queries file, connected to $node as the role exporter; returns its URL.
+my @exporters;
+END { local $?; $_->kill_kill for @exporters; }
 
-# Scrape until pgjq's series are there (the exporter connects lazily).
-my $http = HTTP::Tiny->new(timeout => 10);
-my $body = '';
-my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-while (time < $deadline)
+sub start_exporter
 {
-	my $res = $http->get("http://127.0.0.1:$port/metrics");
-	$body = $res->{content} // '';
-	last if $res->{success} && $body =~ /^pgjq_jobs_enqueued_total\{/m;
-	usleep(200_000);
+	my ($n, $name) = @_;
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $log = $PostgreSQL::Test::Utils::tmp_check . "/exporter_$name.log";
+	my $dsn = sprintf('host=%s port=%d user=exporter dbname=postgres sslmode=disable',
+		$n->host, $n->port);
+	push @exporters, IPC::Run::start(
+		[
+			$exporter_bin, "--web.listen-address=127.0.0.1:$port",
+			"--extend.query-path=$queries", '--disable-default-metrics',
+			'--disable-settings-metrics', '--log.level=info'
+		],
+		'<', \undef, '>', $log, '2>&1',
+		init => sub { $ENV{DATA_SOURCE_NAME} = $dsn });
+	return ("http://127.0.0.1:$port/metrics", $log);
 }
+
+# scrape($url, $re): the page, once it matches $re (the exporter connects
+# lazily) or the harness's timeout has passed
+my $http = HTTP::Tiny->new(timeout => 10);
+
+sub scrape
+{
+	my ($url, $re) = @_;
+	my $page = '';
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	while (time < $deadline)
+	{
+		my $res = $http->get($url);
+		$page = $res->{content} // '';
+		last if $res->{success} && $page =~ $re;
+		usleep(200_000);
+	}
+	return $page;
+}
+
+my ($url, $exporter_log) = start_exporter($node, 'metrics');
+my $body = scrape($url, qr/^pgjq_jobs_enqueued_total\{/m);
 like($body, qr/^pgjq_jobs_enqueued_total\{/m, 'the exporter serves pgjq series')
   or diag(slurp_file($exporter_log));
 
@@ -150,17 +172,11 @@ like(sample($body, 'pgjq_database_horizon_age_xacts', database => 'postgres') //
 	qr/^\d+$/, 'exporter: horizon age in transactions');
 
 # the worker's pass, once it has made one
-my $pass;
-$deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-while (time < $deadline)
-{
-	$body = $http->get("http://127.0.0.1:$port/metrics")->{content} // '';
-	$pass = sample($body, 'pgjq_database_worker_last_pass_timestamp_seconds',
-		database => 'postgres');
-	last if defined $pass;
-	usleep(200_000);
-}
-ok(defined $pass && abs($pass - time) < 60, 'exporter: the worker\'s last pass is recent');
+$body = scrape($url, qr/^pgjq_database_worker_last_pass_timestamp_seconds\{[^}]*\} \d/m);
+my $pass = sample($body, 'pgjq_database_worker_last_pass_timestamp_seconds',
+	database => 'postgres');
+ok(defined $pass && $pass =~ /^[0-9.e+]+$/ && abs($pass - time) < 60,
+	'exporter: the worker\'s last pass is recent');
 
 # promtool accepts what the exporter serves
 my $scrape_file = $PostgreSQL::Test::Utils::tmp_check . '/scrape.txt';
@@ -206,6 +222,17 @@ SELECT string_agg(DISTINCT name, ',') FROM pgjq.metrics()
 	'without preload: the age gauges too');
 $text = $plain->safe_psql('postgres', 'SELECT pgjq.metrics_prometheus()');
 unlike($text, qr/_total/, 'without preload: no counter in the text');
+
+# and through the exporter: gauges, no counters nor histograms
+$plain->safe_psql('postgres', 'CREATE ROLE exporter LOGIN IN ROLE pg_monitor');
+my ($plain_url, $plain_log) = start_exporter($plain, 'plain');
+my $plain_body = scrape($plain_url, qr/^pgjq_jobs_ready\{/m);
+is(sample($plain_body, 'pgjq_jobs_ready', queue => 'q'), 3, 'exporter without preload: gauges')
+  or diag(slurp_file($plain_log));
+is(sample($plain_body, 'pgjq_database_counters_available', database => 'postgres'),
+	0, 'exporter without preload: counters_available 0');
+unlike($plain_body, qr/^pgjq_(jobs_\w+_total|job_run_seconds\w*|claim_wait_seconds\w*)\{/m,
+	'exporter without preload: no counter and no histogram');
 ($out, $err) = ('', '');
 $ok = IPC::Run::run([ $promtool, 'check', 'metrics' ], '<', \"$text\n", '>', \$out, '2>', \$err);
 ok($ok, 'promtool accepts the text without preload') or diag("$out$err");
