@@ -80,6 +80,48 @@ is( $rows,
 		'pgjq_jobs_enqueued_total=100'),
 	'metrics() after the workload, read by a pg_monitor member');
 
+# Exact under concurrency: 4 clients run complete_and_claim cycles until a
+# queue of 2,000 jobs is drained while another session reads the metrics.
+$node->safe_psql(
+	'postgres', q{
+SELECT pgjq.create_queue('busy');
+SELECT count(*) FROM pgjq.enqueue_many('busy', array_fill('{}'::jsonb, ARRAY[2000]));
+});
+my $cycle = $PostgreSQL::Test::Utils::tmp_check . '/cycle.sql';
+PostgreSQL::Test::Utils::append_to_file(
+	$cycle, q{SELECT count(*) AS n, coalesce(array_agg(id), '{}') AS ids,
+       coalesce(array_agg(token), '{}') AS toks
+  FROM pgjq.complete_and_claim('busy', :ids::bigint[], :toks::bigint[], 10) \gset
+\if :n = 0
+  \shell false
+\endif
+});
+my $pgbench = IPC::Run::start(
+	[
+		'pgbench', '-n', '-M', 'prepared', '-c', '4', '-j', '2', '-t', '100000', '-f', $cycle,
+		'-D', 'ids={}', '-D', 'toks={}', '-h', $node->host, '-p', $node->port, 'postgres'
+	],
+	'>', \my $pgbench_out, '2>', \my $pgbench_err);
+my $reads = 0;
+while ($pgbench->pumpable)
+{
+	$node->safe_psql('postgres', 'SELECT count(*) FROM pgjq.metrics()');
+	$node->safe_psql('postgres', "SELECT length(pgjq.metrics_prometheus('busy'))");
+	$reads++;
+	$pgbench->pump_nb;
+	usleep(20_000);
+}
+$pgbench->finish;
+is( $node->safe_psql(
+		'postgres', q{
+SELECT string_agg(name || '=' || value, ',' ORDER BY name COLLATE "C") FROM pgjq.metrics('busy')
+ WHERE name IN ('pgjq_jobs_enqueued_total', 'pgjq_jobs_claimed_total', 'pgjq_jobs_completed_total',
+                'pgjq_stale_outcomes_total', 'pgjq_job_run_seconds_count', 'pgjq_job_run_unknown_total')}),
+	'pgjq_job_run_seconds_count=2000,pgjq_job_run_unknown_total=0,pgjq_jobs_claimed_total=2000,'
+	  . 'pgjq_jobs_completed_total=2000,pgjq_jobs_enqueued_total=2000,pgjq_stale_outcomes_total=0',
+	"4 concurrent workers: every claim and completion counted once ($reads reads meanwhile)");
+$node->safe_psql('postgres', "SELECT pgjq.drop_queue('busy')");
+
 # ------------------------------------------------------ the real exporter
 
 # start_exporter($node, $name): the exporter on a free loopback port with
