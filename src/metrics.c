@@ -864,10 +864,19 @@ collect(const char *name, Collector *c)
 	{
 		HASH_SEQ_STATUS scan;
 		QueueMetrics *e;
+		long		cap = 64;
 
-		/* the hash never holds more (HASH_FIXED_SIZE) */
-		qm = palloc(sizeof(QueueMetrics) * pgjq_max_metrics_queues);
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		/* room for every entry: sized under the lock, grown outside it */
+		qm = palloc(sizeof(QueueMetrics) * cap);
+		for (;;)
+		{
+			LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+			if (hash_get_num_entries(queues) <= cap)
+				break;
+			cap = hash_get_num_entries(queues) + 64;
+			LWLockRelease(shared->lock);
+			qm = repalloc(qm, sizeof(QueueMetrics) * cap);
+		}
 		overflow = shared->overflow;
 		hash_seq_init(&scan, queues);
 		while ((e = hash_seq_search(&scan)) != NULL)
@@ -879,8 +888,7 @@ collect(const char *name, Collector *c)
 				continue;
 			}
 			if (e->key.dboid != MyDatabaseId ||
-				(only != 0 && e->key.queue_id != only) ||
-				nqm >= pgjq_max_metrics_queues)
+				(only != 0 && e->key.queue_id != only))
 				continue;
 			qm[nqm++] = *e;
 		}
