@@ -95,3 +95,31 @@ AS 'MODULE_PATHNAME', 'pgjq_verify';
 COMMENT ON FUNCTION pgjq.verify() IS 'cross-check shared memory against the tables and the tables against each other; one row per disagreement, none when healthy (reads every unfinished job and the whole history)';
 REVOKE ALL ON FUNCTION pgjq.verify() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgjq.verify() TO pgjq_admin;
+
+/* New in 0.2.0: metrics (pgjq_admin and pg_monitor). */
+/*
+ * Metrics for monitoring (see README "Metrics"): per-queue gauges read from
+ * the tables, counters and histograms kept in shared memory since the
+ * server started (absent without shared_preload_libraries, when the gauge
+ * pgjq_counters_available is 0), the worker's last pass and the horizon.
+ * For pgjq_admin and pg_monitor; SECURITY DEFINER because they read the
+ * private tables.  A queue name is only ever a parameter.
+ */
+CREATE FUNCTION pgjq.metrics(queue text DEFAULT NULL,
+	OUT name text,
+	OUT labels jsonb,
+	OUT value double precision)
+RETURNS SETOF record
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_metrics';
+COMMENT ON FUNCTION pgjq.metrics(text) IS 'pgjq''s metrics as rows (sample name, labels, value): gauges per queue, counters since server start (shared_preload_libraries only), the worker''s last pass and the horizon age; one queue''s only when queue is given';
+
+CREATE FUNCTION pgjq.metrics_prometheus(queue text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_metrics_prometheus';
+COMMENT ON FUNCTION pgjq.metrics_prometheus(text) IS 'the samples of pgjq.metrics() in the Prometheus text exposition format';
+REVOKE ALL ON FUNCTION pgjq.metrics(text), pgjq.metrics_prometheus(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.metrics(text), pgjq.metrics_prometheus(text) TO pgjq_admin;
+GRANT USAGE ON SCHEMA pgjq TO pg_monitor;
+GRANT EXECUTE ON FUNCTION pgjq.metrics(text), pgjq.metrics_prometheus(text) TO pg_monitor;

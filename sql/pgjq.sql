@@ -498,6 +498,29 @@ LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_health';
 COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it)';
 
+/*
+ * Metrics for monitoring (see README "Metrics"): per-queue gauges read from
+ * the tables, counters and histograms kept in shared memory since the
+ * server started (absent without shared_preload_libraries, when the gauge
+ * pgjq_counters_available is 0), the worker's last pass and the horizon.
+ * For pgjq_admin and pg_monitor; SECURITY DEFINER because they read the
+ * private tables.  A queue name is only ever a parameter.
+ */
+CREATE FUNCTION pgjq.metrics(queue text DEFAULT NULL,
+	OUT name text,
+	OUT labels jsonb,
+	OUT value double precision)
+RETURNS SETOF record
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_metrics';
+COMMENT ON FUNCTION pgjq.metrics(text) IS 'pgjq''s metrics as rows (sample name, labels, value): gauges per queue, counters since server start (shared_preload_libraries only), the worker''s last pass and the horizon age; one queue''s only when queue is given';
+
+CREATE FUNCTION pgjq.metrics_prometheus(queue text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_metrics_prometheus';
+COMMENT ON FUNCTION pgjq.metrics_prometheus(text) IS 'the samples of pgjq.metrics() in the Prometheus text exposition format';
+
 /* Internal: the shared-memory limit counters (empty without preload). */
 CREATE FUNCTION pgjq.verify(
 	OUT area text,
@@ -585,3 +608,6 @@ GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA pgjq TO pgjq_admin;
 /* queue_stats calls it as the reader: it shows only counters */
 GRANT EXECUTE ON FUNCTION pgjq._limits(), pgjq._preloaded() TO pgjq_producer, pgjq_worker;
 GRANT SELECT ON pgjq.queue_stats TO pgjq_producer, pgjq_worker, pgjq_admin;
+/* monitoring: pg_monitor reads the metrics, and nothing else of pgjq */
+GRANT USAGE ON SCHEMA pgjq TO pg_monitor;
+GRANT EXECUTE ON FUNCTION pgjq.metrics(text), pgjq.metrics_prometheus(text) TO pg_monitor;

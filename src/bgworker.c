@@ -658,7 +658,12 @@ pgjq_worker_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 
-		sleep_ms = worker_pass(&ws);
+		{
+			TimestampTz pass_start = GetCurrentTimestamp();
+
+			sleep_ms = worker_pass(&ws);
+			pgjq_shmem_worker_pass_done(pass_start, GetCurrentTimestamp());
+		}
 		if (ShutdownRequestPending)
 			break;
 

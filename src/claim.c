@@ -26,6 +26,7 @@
  */
 #include "args.h"
 #include "limits.h"
+#include "metrics.h"
 #include "spi_plans.h"
 
 #include "access/xact.h"
@@ -160,13 +161,17 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		int			held;
 		int64		token_in_us;
 		TimestampTz lease_until;
+		TimestampTz claim_at;
 
 		queue_ids[i] = q->queue_id;
 		if (want <= 0)
 			continue;
 		*examined |= (uint32) 1 << i;
 		if (q->paused)
+		{
+			pgjq_metrics_count(q->queue_id, PGJQ_M_HELD_PAUSED, 1);
 			continue;
+		}
 		granted = pgjq_limits_reserve_queue(q, want, &token_in_us);
 		if (granted == 0)
 		{
@@ -179,10 +184,13 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 			if (token_in_us > 0 && (*retry_in_us == 0 || token_in_us < *retry_in_us))
 				*retry_in_us = token_in_us;
 			pgjq_limits_note_held_back(q->queue_id);
+			pgjq_metrics_count(q->queue_id, token_in_us > 0 ? PGJQ_M_HELD_RATE :
+							   PGJQ_M_HELD_CONCURRENCY, 1);
 			continue;
 		}
 		pgjq_limits_init_quota(&quota, q);
-		lease_until = GetCurrentTimestamp() + (lease_us > 0 ? lease_us : q->lease_us);
+		claim_at = GetCurrentTimestamp();
+		lease_until = claim_at + (lease_us > 0 ? lease_us : q->lease_us);
 
 		/*
 		 * If this (sub)transaction aborts, the jobs the claim locked are
@@ -217,6 +225,13 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		/* held back: a limit, not the supply of ready jobs, stopped the claim */
 		if ((got == granted && granted < want) || pgjq_limits_quota_cut_short(&quota))
 			pgjq_limits_note_held_back(q->queue_id);
+		if (got == granted && granted < want)
+			pgjq_metrics_count(q->queue_id, token_in_us > 0 ? PGJQ_M_HELD_RATE :
+							   PGJQ_M_HELD_CONCURRENCY, 1);
+		if (pgjq_limits_quota_cut_short(&quota))
+			pgjq_metrics_count(q->queue_id, PGJQ_M_HELD_KEY, 1);
+		if (got > 0)
+			pgjq_metrics_claimed(q->queue_id, got, jobs[n].token, claim_at);
 		/* the bucket cut a claim that had jobs: more may come with a token */
 		if (token_in_us > 0 && got == granted &&
 			(*retry_in_us == 0 || token_in_us < *retry_in_us))
@@ -274,11 +289,13 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 	uint32		examined;
 	int			n = 0;
 	TimestampTz deadline = 0;
+	TimestampTz started = 0;
 	int64		retry_in_us = 0;
 
 	check_batch(batch);
 	if (wait_us > 0)
 	{
+		started = GetCurrentTimestamp();
 		pgjq_limits_require_shmem("claim with wait");
 		if (IsolationUsesXactSnapshot())
 			ereport(ERROR,
@@ -326,6 +343,13 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 			pgjq_wait_unregister();
 		}
 		PG_END_TRY();
+		/* a claim over several queues counts its wait in each */
+		{
+			int64		waited_us = GetCurrentTimestamp() - started;
+
+			for (int i = 0; i < nqueues; i++)
+				pgjq_metrics_waited(queue_ids[i], waited_us);
+		}
 	}
 
 	put_claimed(rsinfo, jobs, n);

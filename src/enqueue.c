@@ -11,6 +11,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "metrics.h"
 #include "args.h"
 #include "storage.h"
 
@@ -123,6 +124,7 @@ pgjq_enqueue(PG_FUNCTION_ARGS)
 	jobs.max_attempts = PG_ARGISNULL(7) ? queue.max_attempts : PG_GETARG_INT32(7);
 	pgjq_storage_enqueue(queue.queue_id, &jobs);
 	pgjq_storage_end();
+	pgjq_metrics_count(queue.queue_id, PGJQ_M_ENQUEUED, jobs.n);
 
 	if (jobs.run_at > now)
 		pgjq_shmem_note_due(jobs.run_at);
@@ -216,6 +218,7 @@ pgjq_enqueue_many(PG_FUNCTION_ARGS)
 	jobs.max_attempts = queue.max_attempts;
 	pgjq_storage_enqueue(queue.queue_id, &jobs);
 	pgjq_storage_end();
+	pgjq_metrics_count(queue.queue_id, PGJQ_M_ENQUEUED, jobs.n);
 
 	for (int i = 0; i < n; i++)
 	{

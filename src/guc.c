@@ -14,6 +14,10 @@
  *	                          (postmaster: sizes shared memory)
  *	  pgjq.max_databases      databases whose limits are tracked at once
  *	                          (postmaster: sizes shared memory)
+ *	  pgjq.max_metrics_queues entries for the per-queue metrics counters
+ *	                          (postmaster: sizes shared memory)
+ *	  pgjq.max_metrics_claims claims remembered for the run-time histogram
+ *	                          (postmaster: sizes shared memory)
  *	  pgjq.debug_crash_at     test only: crash at a named point (superuser;
  *	                          crash_points.c)
  *
@@ -32,6 +36,8 @@ int			pgjq_max_tracked_keys = 65536;
 int			pgjq_max_databases = 64;
 int			pgjq_max_wait_ms = 20000;
 int			pgjq_horizon_warn_after_s = 300;
+int			pgjq_max_metrics_queues = 4096;
+int			pgjq_max_metrics_claims = 65536;
 
 /* pgjq.debug_crash_at names a point of crash_points.c, or nothing */
 static bool
@@ -126,6 +132,22 @@ pgjq_guc_init(void)
 								"Slots of dropped databases are reused.",
 								&pgjq_max_databases,
 								64, 1, 65536,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("pgjq.max_metrics_queues",
+								"Shared-memory entries for the per-queue counters of pgjq.metrics() (all databases).",
+								"Counts of queues beyond it go to pgjq_metrics_overflow_total.",
+								&pgjq_max_metrics_queues,
+								4096, 16, 1024 * 1024,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("pgjq.max_metrics_claims",
+								"Claims whose start pgjq remembers for the job run-time histogram.",
+								"Outcomes of older claims count in pgjq_job_run_unknown_total.",
+								&pgjq_max_metrics_claims,
+								65536, 16, 64 * 1024 * 1024,
 								PGC_POSTMASTER,
 								0,
 								NULL, NULL, NULL);

@@ -16,6 +16,7 @@
  *-------------------------------------------------------------------------
  */
 #include "args.h"
+#include "metrics.h"
 #include "storage.h"
 
 #include "access/htup_details.h"
@@ -69,7 +70,9 @@ rescue_chunk(int limit)
 	for (int i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
+		pgjq_metrics_call_begin();
 		(void) pgjq_outcome_failed(&jobs[i], "lease expired", -1, now);
+		pgjq_metrics_job_outcome(jobs[i].token, PGJQ_M_RESCUED, now);
 	}
 	pfree(jobs);
 	pgjq_storage_end();

@@ -15,6 +15,7 @@
  *-------------------------------------------------------------------------
  */
 #include "args.h"
+#include "metrics.h"
 #include "storage.h"
 
 #include "catalog/pg_type.h"
@@ -61,14 +62,17 @@ pgjq_complete(PG_FUNCTION_ARGS)
 	Datum		id;
 	Datum		token;
 	int64		n;
+	TimestampTz now = GetCurrentTimestamp();
 
 	pgjq_arg_not_null(fcinfo, 0, "id");
 	pgjq_arg_not_null(fcinfo, 1, "token");
 	id = PG_GETARG_DATUM(0);
 	token = PG_GETARG_DATUM(1);
 	pgjq_storage_begin();
-	n = pgjq_storage_complete(1, &id, &token, GetCurrentTimestamp());
+	pgjq_metrics_call_begin();
+	n = pgjq_storage_complete(1, &id, &token, now);
 	pgjq_storage_end();
+	pgjq_metrics_completed(1, &token, n, now);
 	PG_RETURN_BOOL(n == 1);
 }
 
@@ -95,6 +99,7 @@ pgjq_complete_many(PG_FUNCTION_ARGS)
 	int			nids;
 	int			ntok;
 	int64		n;
+	TimestampTz now = GetCurrentTimestamp();
 
 	if (pgjq_array_length(ids) != pgjq_array_length(tokens))
 		ereport(ERROR,
@@ -113,8 +118,10 @@ pgjq_complete_many(PG_FUNCTION_ARGS)
 	int8_elements(tokens, "tokens", &tokv, &ntok);
 
 	pgjq_storage_begin();
-	n = pgjq_storage_complete(nids, idv, tokv, GetCurrentTimestamp());
+	pgjq_metrics_call_begin();
+	n = pgjq_storage_complete(nids, idv, tokv, now);
 	pgjq_storage_end();
+	pgjq_metrics_completed(nids, tokv, n, now);
 	PG_RETURN_INT64(n);
 }
 
@@ -168,19 +175,34 @@ pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors, bool *error_
 			ncomplete++;
 			continue;
 		}
+		pgjq_metrics_call_begin();
 		if (pgjq_storage_lock_running(DatumGetInt64(ids[i]), DatumGetInt64(tokens[i]), &job))
 		{
+			char		r = pgjq_outcome_failed(&job, clip_error(DatumGetTextPP(errors[i])),
+												-1, now);
+
+			pgjq_metrics_job_outcome(job.token, r == 's' ? PGJQ_M_FAILED : PGJQ_M_NCOUNTERS,
+									 now);
+
 			/*
 			 * a cancelled job ends as cancelled, and counts as stale, as in
 			 * fail()
 			 */
-			if (pgjq_outcome_failed(&job, clip_error(DatumGetTextPP(errors[i])), -1, now) !=
-				PGJQ_FINISHED_CANCELLED)
+			if (r != PGJQ_FINISHED_CANCELLED)
 				done++;
 		}
+		else
+			pgjq_metrics_stale(1, &tokens[i]);
 	}
 	if (ncomplete > 0)
-		done += pgjq_storage_complete(ncomplete, cids, ctoks, now);
+	{
+		int64		completed;
+
+		pgjq_metrics_call_begin();
+		completed = pgjq_storage_complete(ncomplete, cids, ctoks, now);
+		pgjq_metrics_completed(ncomplete, ctoks, completed, now);
+		done += completed;
+	}
 	return done;
 }
 
@@ -202,9 +224,14 @@ pgjq_fail(PG_FUNCTION_ARGS)
 	retry_in_us = pgjq_arg_interval(fcinfo, 3, "retry_in", 0, true, MAX_DELAY_US, -1);
 
 	pgjq_storage_begin();
+	pgjq_metrics_call_begin();
 	if (pgjq_storage_lock_running(id, token, &job))
 	{
-		switch (pgjq_outcome_failed(&job, error, retry_in_us, GetCurrentTimestamp()))
+		TimestampTz now = GetCurrentTimestamp();
+		char		r = pgjq_outcome_failed(&job, error, retry_in_us, now);
+
+		pgjq_metrics_job_outcome(token, r == 's' ? PGJQ_M_FAILED : PGJQ_M_NCOUNTERS, now);
+		switch (r)
 		{
 			case 's':
 				result = "retry";
@@ -217,6 +244,8 @@ pgjq_fail(PG_FUNCTION_ARGS)
 				break;
 		}
 	}
+	else
+		pgjq_metrics_stale(1, &PG_GETARG_DATUM(1));
 	pgjq_storage_end();
 	PG_RETURN_TEXT_P(cstring_to_text(result));
 }
@@ -238,9 +267,15 @@ pgjq_heartbeat(PG_FUNCTION_ARGS)
 	extend_us = pgjq_arg_interval(fcinfo, 2, "extend", 0, false, 7 * USECS_PER_DAY, -1);
 
 	pgjq_storage_begin();
+	pgjq_metrics_call_begin();
 	lease_until = pgjq_storage_heartbeat(id, token, extend_us, now, &found);
 	if (!found)
-		(void) pgjq_storage_finish_if_cancelled(id, token, now);
+	{
+		if (pgjq_storage_finish_if_cancelled(id, token, now))
+			pgjq_metrics_job_outcome(token, PGJQ_M_NCOUNTERS, now);
+		else
+			pgjq_metrics_stale(1, &PG_GETARG_DATUM(1));
+	}
 	pgjq_storage_end();
 	if (!found)
 		PG_RETURN_NULL();
@@ -267,6 +302,7 @@ pgjq_snooze(PG_FUNCTION_ARGS)
 	delay_us = pgjq_arg_interval(fcinfo, 2, "delay", 0, true, MAX_DELAY_US, 0);
 
 	pgjq_storage_begin();
+	pgjq_metrics_call_begin();
 	if (pgjq_storage_lock_running(id, token, &job))
 	{
 		if (job.cancel_requested)
@@ -276,7 +312,10 @@ pgjq_snooze(PG_FUNCTION_ARGS)
 			pgjq_storage_reschedule(id, now + delay_us, NULL, true);
 			snoozed = true;
 		}
+		pgjq_metrics_job_outcome(token, snoozed ? PGJQ_M_SNOOZED : PGJQ_M_NCOUNTERS, now);
 	}
+	else
+		pgjq_metrics_stale(1, &PG_GETARG_DATUM(1));
 	pgjq_storage_end();
 	if (snoozed)
 		pgjq_shmem_note_due(now + delay_us);

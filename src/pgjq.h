@@ -27,6 +27,8 @@ extern int	pgjq_max_tracked_keys;
 extern int	pgjq_max_databases;
 extern int	pgjq_max_wait_ms;
 extern int	pgjq_horizon_warn_after_s;
+extern int	pgjq_max_metrics_queues;
+extern int	pgjq_max_metrics_claims;
 extern char *pgjq_debug_crash_at;
 extern void pgjq_guc_init(void);
 
@@ -40,6 +42,15 @@ extern void pgjq_shmem_note_due(TimestampTz due);
 extern void pgjq_shmem_worker_attach(Oid dboid);
 extern void pgjq_shmem_worker_plan(TimestampTz wake_at);
 extern void pgjq_shmem_stop_stray_workers(void);
+extern void pgjq_shmem_worker_pass_done(TimestampTz start, TimestampTz end);
+
+typedef struct PgjqWorkerPass
+{
+	char	   *dbname;
+	TimestampTz end;
+	int64		duration_us;
+} PgjqWorkerPass;
+extern int	pgjq_shmem_worker_passes(PgjqWorkerPass **passes);
 
 /* bgworker.c */
 extern void pgjq_bgworker_init(void);

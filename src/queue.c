@@ -21,6 +21,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "metrics.h"
 #include "args.h"
 #include "limits.h"
 
@@ -169,6 +170,7 @@ pgjq_drop_queue(PG_FUNCTION_ARGS)
 				 errhint("Wait for them to finish, or use drop_queue(..., force => true).")));
 	pgjq_storage_end();
 	pgjq_limits_queue_dropped(queue.queue_id);
+	pgjq_metrics_queue_dropped(queue.queue_id);
 	PG_RETURN_VOID();
 }
 

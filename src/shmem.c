@@ -27,8 +27,10 @@
  */
 #include "pgjq.h"
 #include "limits.h"
+#include "metrics.h"
 
 #include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -46,6 +48,8 @@ typedef struct PgjqWorkerSlot
 	pid_t		pid;			/* the worker's process */
 	Latch	   *latch;			/* the worker's process latch */
 	pg_atomic_uint64 next_due;	/* TimestampTz of its planned wake-up */
+	pg_atomic_uint64 pass_end;	/* TimestampTz its last pass ended, or 0 */
+	pg_atomic_uint64 pass_us;	/* how long that pass took */
 } PgjqWorkerSlot;
 
 typedef struct PgjqSharedState
@@ -78,10 +82,10 @@ request_shmem(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 #endif
-	RequestAddinShmemSpace(add_size(shared_size(),
+	RequestAddinShmemSpace(add_size(add_size(shared_size(), pgjq_metrics_shmem_size()),
 									add_size(pgjq_limits_shmem_size(), pgjq_wait_shmem_size())));
-	/* 0: worker slots, 1: limit counters, 2: waiters */
-	RequestNamedLWLockTranche("pgjq", 3);
+	/* 0: worker slots, 1: limit counters, 2: waiters, 3: metrics */
+	RequestNamedLWLockTranche("pgjq", 4);
 }
 
 static void
@@ -99,10 +103,15 @@ startup_shmem(void)
 		memset(pgjq_state, 0, sizeof(PgjqSharedState));
 		pgjq_state->lock = &(GetNamedLWLockTranche("pgjq"))->lock;
 		for (int i = 0; i < PGJQ_MAX_DATABASES; i++)
+		{
 			pg_atomic_init_u64(&pgjq_state->slots[i].next_due, (uint64) DT_NOEND);
+			pg_atomic_init_u64(&pgjq_state->slots[i].pass_end, 0);
+			pg_atomic_init_u64(&pgjq_state->slots[i].pass_us, 0);
+		}
 	}
 	pgjq_limits_shmem_init(found);
 	pgjq_wait_shmem_init(found);
+	pgjq_metrics_shmem_init(found);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -120,6 +129,7 @@ pgjq_shmem_init(void)
 	shmem_startup_hook = startup_shmem;
 	pgjq_limits_startup();
 	pgjq_wait_startup();
+	pgjq_metrics_startup();
 }
 
 /* True when pgjq was preloaded and its shared memory exists. */
@@ -216,6 +226,8 @@ worker_detach(int code, Datum arg)
 	my_slot->pid = 0;
 	my_slot->dboid = InvalidOid;
 	pg_atomic_write_u64(&my_slot->next_due, (uint64) DT_NOEND);
+	pg_atomic_write_u64(&my_slot->pass_end, 0);
+	pg_atomic_write_u64(&my_slot->pass_us, 0);
 	LWLockRelease(pgjq_state->lock);
 	my_slot = NULL;
 }
@@ -256,6 +268,8 @@ pgjq_shmem_worker_attach(Oid dboid)
 	free_slot->pid = MyProcPid;
 	free_slot->latch = &MyProc->procLatch;
 	pg_atomic_write_u64(&free_slot->next_due, (uint64) DT_NOEND);
+	pg_atomic_write_u64(&free_slot->pass_end, 0);
+	pg_atomic_write_u64(&free_slot->pass_us, 0);
 	my_slot = free_slot;
 	LWLockRelease(pgjq_state->lock);
 	before_shmem_exit(worker_detach, (Datum) 0);
@@ -304,4 +318,60 @@ pgjq_shmem_worker_plan(TimestampTz wake_at)
 {
 	pg_atomic_write_u64(&my_slot->next_due, (uint64) wake_at);
 	pg_write_barrier();
+}
+
+/*
+ * The worker records when its pass ended and how long it took, for the
+ * metrics (pgjq_worker_last_pass_*).  Atomics: readers take no lock.
+ */
+void
+pgjq_shmem_worker_pass_done(TimestampTz start, TimestampTz end)
+{
+	pg_atomic_write_u64(&my_slot->pass_us, (uint64) Max(0, end - start));
+	pg_atomic_write_u64(&my_slot->pass_end, (uint64) end);
+}
+
+/*
+ * The last pass of each database's worker that has finished one, with the
+ * database's name, allocated in the current context (the caller is in a
+ * transaction: names come from the catalog).  Returns how many.
+ */
+int
+pgjq_shmem_worker_passes(PgjqWorkerPass **passes)
+{
+	Oid			dboids[PGJQ_MAX_DATABASES];
+	TimestampTz ends[PGJQ_MAX_DATABASES];
+	int64		durations[PGJQ_MAX_DATABASES];
+	int			n = 0;
+	int			k = 0;
+
+	*passes = palloc0(sizeof(PgjqWorkerPass) * PGJQ_MAX_DATABASES);
+	if (pgjq_state == NULL)
+		return 0;
+	LWLockAcquire(pgjq_state->lock, LW_SHARED);
+	for (int i = 0; i < PGJQ_MAX_DATABASES; i++)
+	{
+		PgjqWorkerSlot *slot = &pgjq_state->slots[i];
+		uint64		end = pg_atomic_read_u64(&slot->pass_end);
+
+		if (slot->dboid == InvalidOid || end == 0)
+			continue;
+		dboids[n] = slot->dboid;
+		ends[n] = (TimestampTz) end;
+		durations[n] = (int64) pg_atomic_read_u64(&slot->pass_us);
+		n++;
+	}
+	LWLockRelease(pgjq_state->lock);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *name = get_database_name(dboids[i]);
+
+		if (name == NULL)
+			continue;			/* dropped meanwhile */
+		(*passes)[k].dbname = name;
+		(*passes)[k].end = ends[i];
+		(*passes)[k].duration_us = durations[i];
+		k++;
+	}
+	return k;
 }

@@ -19,6 +19,7 @@
 MemoryContext pgjq_result_cxt = NULL;
 PgjqLeftRunningHook pgjq_left_running_hook = NULL;
 PgjqBecameReadyHook pgjq_became_ready_hook = NULL;
+PgjqJobsFinishedHook pgjq_jobs_finished_hook = NULL;
 PgjqStorageBeginHook pgjq_storage_begin_hook = NULL;
 
 void

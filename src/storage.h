@@ -85,6 +85,14 @@ extern PgjqLeftRunningHook pgjq_left_running_hook;
 extern PgjqBecameReadyHook pgjq_became_ready_hook;
 
 /*
+ * n jobs of the queue reached a final state (PGJQ_FINISHED_*) in the current
+ * transaction: complete, dead, cancelled.  For the counters of metrics.c;
+ * NULL without shared_preload_libraries.
+ */
+typedef void (*PgjqJobsFinishedHook) (int32 queue_id, char state, int n);
+extern PgjqJobsFinishedHook pgjq_jobs_finished_hook;
+
+/*
  * Called by pgjq_storage_begin() before any statement of the call: limits.c
  * counts the running jobs there when its counters are not built yet, which
  * must happen before the call changes a job.
@@ -141,6 +149,7 @@ typedef enum PgjqCancelResult
 
 /* Final states as stored in job_history.state (completed jobs: job_done) */
 #define PGJQ_FINISHED_DEAD		'd'
+#define PGJQ_FINISHED_COMPLETED	'c' /* reported to the hook only */
 #define PGJQ_FINISHED_CANCELLED	'x'
 
 extern void pgjq_storage_begin(void);
@@ -200,6 +209,22 @@ typedef struct PgjqVerifyRow
 	char	   *found;
 } PgjqVerifyRow;
 extern int	pgjq_storage_verify(PgjqVerifyRow **rows);
+
+/* storage_metrics.c: the gauges of metrics() for one queue or all */
+typedef struct PgjqQueueGauges
+{
+	int32		queue_id;
+	char	   *name;
+	int64		ready;
+	int64		scheduled;
+	int64		running;
+	int64		dead;
+	bool		has_oldest_ready;
+	double		oldest_ready_age;	/* seconds */
+	bool		has_next_scheduled;
+	double		next_scheduled_in;	/* seconds, negative when overdue */
+} PgjqQueueGauges;
+extern int	pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueGauges **gauges);
 
 /* storage_history.c */
 extern void pgjq_history_ensure(TimestampTz ts);

@@ -209,6 +209,24 @@ report_left_running_at(int col)
 	}
 }
 
+/*
+ * Tell the jobs-finished hook about the rows of the last statement, whose
+ * columns col and col + 1 are the final state and queue_id (one job per row).
+ */
+static void
+report_finished_at(int col)
+{
+	if (pgjq_jobs_finished_hook == NULL)
+		return;
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+
+		pgjq_jobs_finished_hook(DatumGetInt32(pgjq_spi_get(r, col + 1, &isnull)),
+								DatumGetChar(pgjq_spi_get(r, col, &isnull)), 1);
+	}
+}
+
 static void
 report_left_running(void)
 {
@@ -446,6 +464,17 @@ pgjq_storage_complete(int n, Datum *ids, Datum *tokens, TimestampTz now)
 		bool		isnull;
 
 		completed += DatumGetInt32(pgjq_spi_get(r, 4, &isnull));
+		if (pgjq_jobs_finished_hook)
+		{
+			int32		queue_id = DatumGetInt32(pgjq_spi_get(r, 1, &isnull));
+			int32		done = DatumGetInt32(pgjq_spi_get(r, 4, &isnull));
+			int32		all = DatumGetInt32(pgjq_spi_get(r, 3, &isnull));
+
+			if (done > 0)
+				pgjq_jobs_finished_hook(queue_id, PGJQ_FINISHED_COMPLETED, done);
+			if (all > done)
+				pgjq_jobs_finished_hook(queue_id, PGJQ_FINISHED_CANCELLED, all - done);
+		}
 		if (pgjq_left_running_hook)
 			pgjq_left_running_hook(DatumGetInt32(pgjq_spi_get(r, 1, &isnull)),
 								   TextDatumGetCString(pgjq_spi_get(r, 2, &isnull)),
@@ -525,6 +554,7 @@ pgjq_storage_finish(int64 id, int64 token, char state, const char *error, Timest
 		return '\0';
 	state_out = DatumGetChar(pgjq_spi_get(0, 1, &isnull));
 	report_left_running_at(2);
+	report_finished_at(1);
 	return state_out;
 }
 
@@ -537,6 +567,7 @@ pgjq_storage_finish_if_cancelled(int64 id, int64 token, TimestampTz now)
 	pgjq_history_ensure(now);
 	pgjq_spi_run(&plan_finish_if_cancelled, values, NULL, 0);
 	report_left_running_at(2);
+	report_finished_at(1);
 	return SPI_processed > 0;
 }
 
@@ -573,7 +604,10 @@ pgjq_storage_cancel(int64 id, TimestampTz now)
 	pgjq_history_ensure(now);
 	pgjq_spi_run(&plan_cancel_waiting, values, NULL, 0);
 	if (SPI_processed > 0)
+	{
+		report_finished_at(1);
 		return PGJQ_CANCEL_DONE;
+	}
 	pgjq_spi_run(&plan_cancel_running, values, NULL, 0);
 	if (SPI_processed > 0)
 		return PGJQ_CANCEL_REQUESTED;

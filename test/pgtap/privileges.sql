@@ -10,7 +10,7 @@
 \pset pager off
 
 BEGIN;
-SELECT plan(38);
+SELECT plan(40);
 
 -- ----------------------------------------------------------------- PUBLIC
 
@@ -83,6 +83,17 @@ SELECT set_eq(
 	$$SELECT p.oid::regprocedure::text FROM pg_proc p
 	   WHERE p.pronamespace = 'pgjq'::regnamespace AND p.proname !~ '^_'$$,
 	'pgjq_admin can execute every public pgjq function and procedure');
+SELECT set_eq(
+	$$SELECT * FROM pg_temp.executable('pg_monitor')$$,
+	ARRAY['pgjq.metrics(text)', 'pgjq.metrics_prometheus(text)'],
+	'pg_monitor can execute metrics and metrics_prometheus, nothing else');
+SELECT is_empty(
+	$$SELECT c.oid::regclass::text || ' ' || a.privilege_type
+		FROM pg_class c,
+			 aclexplode(coalesce(c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char",
+													  c.relowner))) a
+	   WHERE c.relnamespace = 'pgjq'::regnamespace AND a.grantee = 'pg_monitor'::regrole$$,
+	'pg_monitor has no privilege on any pgjq relation');
 
 -- Relations: the three roles may SELECT queue_stats and nothing else; none
 -- may write anywhere or touch a sequence.
