@@ -562,6 +562,27 @@ rel_oid(Oid nsp, const char *name)
 
 static void rebuild_state(double *ms, int64 *nready, int64 *ninflight, int64 *nrows);
 
+/* the spike's relations in this database, looked up once per backend */
+static void
+lookup_oids(void)
+{
+	Oid			nsp = get_namespace_oid("pgjq", false);
+	char		name[NAMEDATALEN];
+
+	for (int i = 0; i < SPIKE_NSLOTS; i++)
+	{
+		snprintf(name, sizeof(name), "body_%d", i);
+		body_oid[i] = rel_oid(nsp, name);
+	}
+	ledger_oid = rel_oid(nsp, "ledger");
+	done_oid = rel_oid(nsp, "done");
+	sched_oid = rel_oid(nsp, "sched");
+	sched_idx_oid = rel_oid(nsp, "sched_run_at");
+	jobseq_oid = rel_oid(nsp, "job_id_seq");
+	tokseq_oid = rel_oid(nsp, "token_seq");
+	cached_db = MyDatabaseId;
+}
+
 static void
 check_ready(void)
 {
@@ -571,23 +592,7 @@ check_ready(void)
 				 errmsg("pgjq_spike is not loaded"),
 				 errhint("Add pgjq_spike to shared_preload_libraries and restart.")));
 	if (cached_db != MyDatabaseId)
-	{
-		Oid			nsp = get_namespace_oid("pgjq", false);
-		char		name[NAMEDATALEN];
-
-		for (int i = 0; i < SPIKE_NSLOTS; i++)
-		{
-			snprintf(name, sizeof(name), "body_%d", i);
-			body_oid[i] = rel_oid(nsp, name);
-		}
-		ledger_oid = rel_oid(nsp, "ledger");
-		done_oid = rel_oid(nsp, "done");
-		sched_oid = rel_oid(nsp, "sched");
-		sched_idx_oid = rel_oid(nsp, "sched_run_at");
-		jobseq_oid = rel_oid(nsp, "job_id_seq");
-		tokseq_oid = rel_oid(nsp, "token_seq");
-		cached_db = MyDatabaseId;
-	}
+		lookup_oids();
 	/*
 	 * Unlocked read: ready only goes from false to true (rebuild, reset)
 	 * while the server runs; a restart or crash starts from false.
@@ -2664,25 +2669,8 @@ spike_rebuild(PG_FUNCTION_ARGS)
 				 errmsg("pgjq.spike_rebuild() must run in a transaction of its own")));
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	cached_db = InvalidOid;
-	{
-		/* the relation OIDs, without check_ready's rebuild */
-		Oid			nsp = get_namespace_oid("pgjq", false);
-		char		name[NAMEDATALEN];
-
-		for (int i = 0; i < SPIKE_NSLOTS; i++)
-		{
-			snprintf(name, sizeof(name), "body_%d", i);
-			body_oid[i] = rel_oid(nsp, name);
-		}
-		ledger_oid = rel_oid(nsp, "ledger");
-		done_oid = rel_oid(nsp, "done");
-		sched_oid = rel_oid(nsp, "sched");
-		sched_idx_oid = rel_oid(nsp, "sched_run_at");
-		jobseq_oid = rel_oid(nsp, "job_id_seq");
-		tokseq_oid = rel_oid(nsp, "token_seq");
-		cached_db = MyDatabaseId;
-	}
+	/* the relation OIDs, without check_ready's rebuild */
+	lookup_oids();
 	LockRelationOid(done_oid, ExclusiveLock);
 	spike->ready = false;
 	rebuild_state(&ms, &nready, &nfl, &nrows);
