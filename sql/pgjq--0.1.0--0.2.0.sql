@@ -123,3 +123,151 @@ REVOKE ALL ON FUNCTION pgjq.metrics(text), pgjq.metrics_prometheus(text) FROM PU
 GRANT EXECUTE ON FUNCTION pgjq.metrics(text), pgjq.metrics_prometheus(text) TO pgjq_admin;
 GRANT USAGE ON SCHEMA pgjq TO pg_monitor;
 GRANT EXECUTE ON FUNCTION pgjq.metrics(text), pgjq.metrics_prometheus(text) TO pg_monitor;
+
+/* New in 0.2.0: the ring engine, per queue (docs/design.md). */
+ALTER TABLE pgjq.queue ADD COLUMN engine "char" NOT NULL DEFAULT 't' CHECK (engine IN ('t', 'r'));
+
+/*
+ * The ring engine (docs/design.md, "The ring engine").  A queue created
+ * while the superuser setting pgjq.engine is 'ring' keeps its immediate jobs
+ * here instead of in pgjq.job: each body is appended once to the current
+ * slot of a ring of four tables and never updated or deleted; claims take
+ * positions from shared memory (ring_shmem.c), so a claim never scans.
+ * Every claim call writes one ring_log row (kind 'c': token, lease, ids) and
+ * every call that ends ring claims one row per token (kind 'd' completed,
+ * 'm' moved to pgjq.job for an outcome the table engine applies, 'x' taken
+ * out by cancel, purge or drop_queue).  A log row goes to the slot that is
+ * current when it is written; a slot (body and log together) comes back by
+ * TRUNCATE once it is the oldest slot in use and all its jobs are finished.
+ * After a start or a crash the first ring call rebuilds shared memory from
+ * these rows (ring_store.c).  Nothing here is vacuumed: the only dead tuples
+ * are those of rolled-back producers, which go with the TRUNCATE.
+ * attempt, priority and fair_key are NULL for their defaults (1, 0, none),
+ * after_token is NULL for a job appended for the first time.
+ */
+CREATE TABLE pgjq.ring_body_0 (
+	id				bigint NOT NULL,
+	after_token		bigint,
+	queue_id		integer NOT NULL,
+	enqueued_at		timestamptz NOT NULL,
+	attempt			integer,
+	max_attempts	integer NOT NULL,
+	priority		smallint,
+	fair_key		text COLLATE "C",
+	payload			jsonb NOT NULL
+) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_body_1 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_body_2 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_body_3 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
+/* job(id) and cancel(id) find a body by id; claims read bodies by position */
+CREATE INDEX ring_body_0_id ON pgjq.ring_body_0 (id);
+CREATE INDEX ring_body_1_id ON pgjq.ring_body_1 (id);
+CREATE INDEX ring_body_2_id ON pgjq.ring_body_2 (id);
+CREATE INDEX ring_body_3_id ON pgjq.ring_body_3 (id);
+CREATE TABLE pgjq.ring_log_0 (
+	token			bigint NOT NULL,
+	at				timestamptz NOT NULL,	/* 'c': lease end; else: when */
+	kind			"char" NOT NULL CHECK (kind IN ('c', 'd', 'm', 'x')),
+	ids				bigint[] NOT NULL
+) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_log_1 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_log_2 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_log_3 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
+COMMENT ON TABLE pgjq.ring_body_0 IS 'ring engine: job bodies, appended once (private)';
+COMMENT ON TABLE pgjq.ring_log_0 IS 'ring engine: one row per claim call and per call that ends claims (private)';
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_body_0', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_body_1', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_body_2', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_body_3', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_log_0', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_log_1', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_log_2', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_log_3', '');
+
+/* New in 0.2.0: job() and queue_stats see the ring's jobs. */
+/*
+ * Internal: the ring engine's view of a job that it holds ready or running
+ * (ring_store.c); pgjq.job() asks it last.
+ */
+CREATE FUNCTION pgjq._ring_job(id bigint)
+RETURNS SETOF pgjq.job_info
+LANGUAGE C VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 1
+AS 'MODULE_PATHNAME', 'pgjq_ring_job';
+
+CREATE OR REPLACE FUNCTION pgjq.job(id bigint)
+RETURNS SETOF pgjq.job_info
+LANGUAGE sql STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 1
+AS $$
+	SELECT j.id, q.name,
+		   CASE j.state WHEN 's' THEN 'scheduled' WHEN 'r' THEN 'ready' ELSE 'running' END,
+		   j.attempt, j.max_attempts, j.priority, NULLIF(j.fair_key, ''), j.dedup_key,
+		   j.payload, j.enqueued_at, j.run_at, j.lease_until, NULL::timestamptz,
+		   j.worker, j.last_error, j.cancel_requested
+	  FROM pgjq.job j LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id
+	 WHERE j.id OPERATOR(pg_catalog.=) $1
+	UNION ALL
+	SELECT h.id, q.name,
+		   CASE h.state WHEN 'd' THEN 'dead' ELSE 'cancelled' END,
+		   h.attempt, h.max_attempts, h.priority, NULLIF(h.fair_key, ''), h.dedup_key,
+		   h.payload, h.enqueued_at, NULL, NULL, h.finished_at,
+		   h.worker, h.last_error, false
+	  FROM pgjq.job_history h LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) h.queue_id
+	 WHERE h.id OPERATOR(pg_catalog.=) $1
+	UNION ALL
+	SELECT u.id, q.name, 'completed', u.attempt, NULL, NULL, NULL, NULL,
+		   NULL, u.enqueued_at, NULL, NULL, d.finished_at,
+		   NULL, NULL, false
+	  FROM pgjq.job_done d
+	 CROSS JOIN LATERAL unnest(d.ids, d.attempts, d.enqueued_at) AS u(id, attempt, enqueued_at)
+	  LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) d.queue_id
+	 WHERE d.min_id OPERATOR(pg_catalog.<=) $1 AND d.max_id OPERATOR(pg_catalog.>=) $1
+	   AND u.id OPERATOR(pg_catalog.=) $1
+	UNION ALL
+	SELECT * FROM pgjq._ring_job($1)
+	 LIMIT 1
+$$;
+
+/* Internal: ready and running ring jobs per queue, from shared memory. */
+CREATE FUNCTION pgjq._ring_counts(OUT queue_id integer, OUT ready bigint, OUT running bigint)
+RETURNS SETOF record
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_ring_counts_sql';
+
+CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
+	SELECT q.name AS queue,
+		   q.paused,
+		   COALESCE(u.ready, 0) OPERATOR(pg_catalog.+) COALESCE(r.ready, 0) AS ready,
+		   COALESCE(u.scheduled, 0) AS scheduled,
+		   COALESCE(u.running, 0) OPERATOR(pg_catalog.+) COALESCE(r.running, 0) AS running,
+		   COALESCE(f.dead, 0) AS dead,
+		   COALESCE(c.completed, 0)::bigint AS completed,
+		   COALESCE(f.cancelled, 0) AS cancelled,
+		   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_ready AS oldest_ready_age,
+		   u.next_run_at,
+		   q.concurrency,
+		   q.key_concurrency,
+		   q.rate,
+		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back
+	  FROM pgjq.queue q
+	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN pgjq._ring_counts() r ON r.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN (SELECT j.queue_id,
+						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS ready,
+						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS scheduled,
+						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'a') AS running,
+						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS oldest_ready,
+						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS next_run_at
+				   FROM pgjq.job j GROUP BY j.queue_id) u ON u.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN (SELECT d.queue_id, pg_catalog.sum(pg_catalog.cardinality(d.ids)) AS completed
+				   FROM pgjq.job_done d GROUP BY d.queue_id) c ON c.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN (SELECT h.queue_id,
+						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'd') AS dead,
+						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'x') AS cancelled
+				   FROM pgjq.job_history h GROUP BY h.queue_id) f ON f.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+REVOKE ALL ON FUNCTION pgjq._ring_job(bigint), pgjq._ring_counts() FROM PUBLIC;
+REVOKE ALL ON pgjq.ring_body_0, pgjq.ring_body_1, pgjq.ring_body_2, pgjq.ring_body_3,
+	pgjq.ring_log_0, pgjq.ring_log_1, pgjq.ring_log_2, pgjq.ring_log_3 FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq._ring_job(bigint), pgjq._ring_counts() TO pgjq_admin;
+GRANT EXECUTE ON FUNCTION pgjq._ring_counts() TO pgjq_producer, pgjq_worker;

@@ -46,7 +46,8 @@ CREATE TABLE pgjq.queue (
 	rate			double precision,
 	burst			integer,
 	paused			boolean NOT NULL DEFAULT false,
-	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now()
+	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	engine			"char" NOT NULL DEFAULT 't' CHECK (engine IN ('t', 'r'))	/* 't' pgjq.job, 'r' the ring */
 );
 COMMENT ON TABLE pgjq.queue IS 'one row per queue and its settings (private: use the pgjq functions)';
 
@@ -160,6 +161,63 @@ SELECT pg_catalog.pg_extension_config_dump('pgjq.job_done', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.history_partition', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.token_seq', '');
+
+/*
+ * The ring engine (docs/design.md, "The ring engine").  A queue created
+ * while the superuser setting pgjq.engine is 'ring' keeps its immediate jobs
+ * here instead of in pgjq.job: each body is appended once to the current
+ * slot of a ring of four tables and never updated or deleted; claims take
+ * positions from shared memory (ring_shmem.c), so a claim never scans.
+ * Every claim call writes one ring_log row (kind 'c': token, lease, ids) and
+ * every call that ends ring claims one row per token (kind 'd' completed,
+ * 'm' moved to pgjq.job for an outcome the table engine applies, 'x' taken
+ * out by cancel, purge or drop_queue).  A log row goes to the slot that is
+ * current when it is written; a slot (body and log together) comes back by
+ * TRUNCATE once it is the oldest slot in use and all its jobs are finished.
+ * After a start or a crash the first ring call rebuilds shared memory from
+ * these rows (ring_store.c).  Nothing here is vacuumed: the only dead tuples
+ * are those of rolled-back producers, which go with the TRUNCATE.
+ * attempt, priority and fair_key are NULL for their defaults (1, 0, none),
+ * after_token is NULL for a job appended for the first time.
+ */
+CREATE TABLE pgjq.ring_body_0 (
+	id				bigint NOT NULL,
+	after_token		bigint,
+	queue_id		integer NOT NULL,
+	enqueued_at		timestamptz NOT NULL,
+	attempt			integer,
+	max_attempts	integer NOT NULL,
+	priority		smallint,
+	fair_key		text COLLATE "C",
+	payload			jsonb NOT NULL
+) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_body_1 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_body_2 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_body_3 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
+/* job(id) and cancel(id) find a body by id; claims read bodies by position */
+CREATE INDEX ring_body_0_id ON pgjq.ring_body_0 (id);
+CREATE INDEX ring_body_1_id ON pgjq.ring_body_1 (id);
+CREATE INDEX ring_body_2_id ON pgjq.ring_body_2 (id);
+CREATE INDEX ring_body_3_id ON pgjq.ring_body_3 (id);
+CREATE TABLE pgjq.ring_log_0 (
+	token			bigint NOT NULL,
+	at				timestamptz NOT NULL,	/* 'c': lease end; else: when */
+	kind			"char" NOT NULL CHECK (kind IN ('c', 'd', 'm', 'x')),
+	ids				bigint[] NOT NULL
+) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_log_1 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_log_2 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
+CREATE TABLE pgjq.ring_log_3 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
+COMMENT ON TABLE pgjq.ring_body_0 IS 'ring engine: job bodies, appended once (private)';
+COMMENT ON TABLE pgjq.ring_log_0 IS 'ring engine: one row per claim call and per call that ends claims (private)';
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_body_0', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_body_1', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_body_2', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_body_3', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_log_0', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_log_1', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_log_2', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_log_3', '');
 
 /* ---------------------------------------------------------------- types */
 
@@ -439,6 +497,16 @@ CREATE TYPE pgjq.job_info AS (
 );
 COMMENT ON TYPE pgjq.job_info IS 'what pgjq.job() reports about one job';
 
+/*
+ * Internal: the ring engine's view of a job that it holds ready or running
+ * (ring_store.c); pgjq.job() asks it last.
+ */
+CREATE FUNCTION pgjq._ring_job(id bigint)
+RETURNS SETOF pgjq.job_info
+LANGUAGE C VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 1
+AS 'MODULE_PATHNAME', 'pgjq_ring_job';
+
 CREATE FUNCTION pgjq.job(id bigint)
 RETURNS SETOF pgjq.job_info
 LANGUAGE sql STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -468,6 +536,8 @@ AS $$
 	  LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) d.queue_id
 	 WHERE d.min_id OPERATOR(pg_catalog.<=) $1 AND d.max_id OPERATOR(pg_catalog.>=) $1
 	   AND u.id OPERATOR(pg_catalog.=) $1
+	UNION ALL
+	SELECT * FROM pgjq._ring_job($1)
 	 LIMIT 1
 $$;
 COMMENT ON FUNCTION pgjq.job(bigint) IS 'a job''s current state, attempts, last error and times, wherever it lives';
@@ -543,12 +613,18 @@ RETURNS boolean
 LANGUAGE C STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_preloaded';
 
+/* Internal: ready and running ring jobs per queue, from shared memory. */
+CREATE FUNCTION pgjq._ring_counts(OUT queue_id integer, OUT ready bigint, OUT running bigint)
+RETURNS SETOF record
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_ring_counts_sql';
+
 CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 	SELECT q.name AS queue,
 		   q.paused,
-		   COALESCE(u.ready, 0) AS ready,
+		   COALESCE(u.ready, 0) OPERATOR(pg_catalog.+) COALESCE(r.ready, 0) AS ready,
 		   COALESCE(u.scheduled, 0) AS scheduled,
-		   COALESCE(u.running, 0) AS running,
+		   COALESCE(u.running, 0) OPERATOR(pg_catalog.+) COALESCE(r.running, 0) AS running,
 		   COALESCE(f.dead, 0) AS dead,
 		   COALESCE(c.completed, 0)::bigint AS completed,
 		   COALESCE(f.cancelled, 0) AS cancelled,
@@ -560,6 +636,7 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back
 	  FROM pgjq.queue q
 	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN pgjq._ring_counts() r ON r.queue_id OPERATOR(pg_catalog.=) q.queue_id
 	  LEFT JOIN (SELECT j.queue_id,
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS ready,
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS scheduled,
@@ -606,7 +683,7 @@ GRANT EXECUTE ON FUNCTION pgjq._await_ids(text[]), pgjq._await_ready(integer[]) 
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgjq TO pgjq_admin;
 GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA pgjq TO pgjq_admin;
 /* queue_stats calls it as the reader: it shows only counters */
-GRANT EXECUTE ON FUNCTION pgjq._limits(), pgjq._preloaded() TO pgjq_producer, pgjq_worker;
+GRANT EXECUTE ON FUNCTION pgjq._limits(), pgjq._preloaded(), pgjq._ring_counts() TO pgjq_producer, pgjq_worker;
 GRANT SELECT ON pgjq.queue_stats TO pgjq_producer, pgjq_worker, pgjq_admin;
 /* monitoring: pg_monitor reads the metrics, and nothing else of pgjq */
 GRANT USAGE ON SCHEMA pgjq TO pg_monitor;

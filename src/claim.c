@@ -27,6 +27,7 @@
 #include "args.h"
 #include "limits.h"
 #include "metrics.h"
+#include "ring.h"
 #include "spi_plans.h"
 
 #include "access/xact.h"
@@ -133,6 +134,39 @@ distinct_keys(const PgjqClaimedJob *jobs, int n)
 }
 
 /*
+ * Up to granted jobs of one queue from its engine.  A ring queue asks the
+ * table engine first while it may have ready jobs of the queue (retries,
+ * promoted delayed jobs: ring.h), then the ring.  *from_table: how many came
+ * from pgjq.job (running rows that limits.c counts).
+ */
+static int
+queue_claim(const PgjqQueue *q, int granted, TimestampTz lease_until, const char *worker,
+			PgjqClaimQuota *quota, int64 *token, PgjqClaimedJob *jobs, int *from_table)
+{
+	uint64		gen;
+	int			got = 0;
+
+	if (q->engine != PGJQ_ENGINE_RING)
+	{
+		got = pgjq_storage_claim(q, granted, lease_until, worker, quota, token, jobs);
+		*from_table = got;
+		return got;
+	}
+	if (pgjq_ring_table_first(q->queue_id, &gen))
+	{
+		got = pgjq_storage_claim(q, granted, lease_until, worker, quota, token, jobs);
+		/* rows it locked are ready again if it aborts, or left at commit */
+		pgjq_ring_note_table_claim(q->queue_id);
+		if (got == 0)
+			pgjq_ring_table_empty(q->queue_id, gen);
+	}
+	*from_table = got;
+	if (got < granted)
+		got += pgjq_ring_claim(q, granted - got, lease_until, token, jobs + got);
+	return got;
+}
+
+/*
  * One claim attempt over all queues, in order, in its own SPI session.
  * Returns how many jobs it leased into jobs[]; queues[] is the caller's
  * room for nqueues entries.  *examined gets bit i for each queue it looked
@@ -158,6 +192,7 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		int			want = batch - n;
 		int			granted;
 		int			got;
+		int			from_table;
 		int			held;
 		int64		token_in_us;
 		TimestampTz lease_until;
@@ -198,7 +233,7 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		 * error in it; a round locks fewer than twice what it may take.
 		 */
 		pgjq_wait_note_claimed(q->queue_id, 2 * granted);
-		got = pgjq_storage_claim(q, granted, lease_until, worker, &quota, &token, jobs + n);
+		got = queue_claim(q, granted, lease_until, worker, &quota, &token, jobs + n, &from_table);
 		for (int k = n; k < n + got; k++)
 			jobs[k].lease_until = lease_until;
 		/* the worker rescues the lease on time if it ends before its wake-up */
@@ -213,15 +248,15 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		 * not fill it takes every row it locked.)
 		 */
 		held = got;
-		if (got == granted && got > 1)
+		if (from_table == granted && from_table > 1)
 		{
-			int			extra = distinct_keys(jobs + n, got) - 1;
+			int			extra = distinct_keys(jobs + n, from_table) - 1;
 
 			held += extra;
 			pgjq_wait_note_ready(q->queue_id, extra);
 		}
 		pgjq_wait_note_claimed(q->queue_id, held - 2 * granted);
-		pgjq_limits_settle_queue(q, granted, got);
+		pgjq_limits_settle_queue(q, granted, from_table);
 		/* held back: a limit, not the supply of ready jobs, stopped the claim */
 		if ((got == granted && granted < want) || pgjq_limits_quota_cut_short(&quota))
 			pgjq_limits_note_held_back(q->queue_id);

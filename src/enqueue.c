@@ -9,10 +9,14 @@
  * handed to the background worker at commit (shmem.c) so it is promoted on
  * time without polling.
  *
+ * On a ring queue (ring.h), a call whose jobs are due now and carry no
+ * dedup_key appends them to the ring; others go to pgjq.job as on any queue.
+ *
  *-------------------------------------------------------------------------
  */
 #include "metrics.h"
 #include "args.h"
+#include "ring.h"
 #include "storage.h"
 
 #include "access/xact.h"
@@ -69,6 +73,22 @@ priority_arg(FunctionCallInfo fcinfo)
 	return (int16) p;
 }
 
+/* The jobs into the queue's engine. */
+static void
+store_jobs(const PgjqQueue *queue, PgjqNewJobs *jobs)
+{
+	bool		ring = queue->engine == PGJQ_ENGINE_RING &&
+	jobs->run_at <= jobs->enqueued_at;
+
+	for (int i = 0; ring && jobs->dedup_keys != NULL && i < jobs->n; i++)
+		if (!jobs->dedup_key_nulls[i])
+			ring = false;
+	if (ring)
+		pgjq_ring_enqueue(queue->queue_id, jobs->max_attempts, jobs);
+	else
+		pgjq_storage_enqueue(queue->queue_id, jobs);
+}
+
 static void
 queue_for_enqueue(const char *name, PgjqQueue *queue)
 {
@@ -122,7 +142,7 @@ pgjq_enqueue(PG_FUNCTION_ARGS)
 	pgjq_storage_begin();
 	queue_for_enqueue(name, &queue);
 	jobs.max_attempts = PG_ARGISNULL(7) ? queue.max_attempts : PG_GETARG_INT32(7);
-	pgjq_storage_enqueue(queue.queue_id, &jobs);
+	store_jobs(&queue, &jobs);
 	pgjq_storage_end();
 	pgjq_metrics_count(queue.queue_id, PGJQ_M_ENQUEUED, jobs.n);
 
@@ -216,7 +236,7 @@ pgjq_enqueue_many(PG_FUNCTION_ARGS)
 	pgjq_storage_begin();
 	queue_for_enqueue(name, &queue);
 	jobs.max_attempts = queue.max_attempts;
-	pgjq_storage_enqueue(queue.queue_id, &jobs);
+	store_jobs(&queue, &jobs);
 	pgjq_storage_end();
 	pgjq_metrics_count(queue.queue_id, PGJQ_M_ENQUEUED, jobs.n);
 

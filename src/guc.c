@@ -18,12 +18,20 @@
  *	                          (postmaster: sizes shared memory)
  *	  pgjq.max_metrics_claims claims remembered for the run-time histogram
  *	                          (postmaster: sizes shared memory)
+ *	  pgjq.engine             the engine of queues created from now on:
+ *	                          'table' or 'ring' (superuser; ring.h)
+ *	  pgjq.ring_positions, pgjq.ring_max_in_flight, pgjq.ring_max_lanes,
+ *	  pgjq.ring_max_queues    the ring engine's shared-memory bounds
+ *	                          (postmaster: size shared memory)
+ *	  pgjq.ring_slot_rows     bodies per ring slot before producers move to
+ *	                          the next one (superuser)
  *	  pgjq.debug_crash_at     test only: crash at a named point (superuser;
  *	                          crash_points.c)
  *
  *-------------------------------------------------------------------------
  */
 #include "pgjq.h"
+#include "ring.h"
 
 #include "miscadmin.h"
 #include "utils/guc.h"
@@ -38,6 +46,18 @@ int			pgjq_max_wait_ms = 20000;
 int			pgjq_horizon_warn_after_s = 300;
 int			pgjq_max_metrics_queues = 4096;
 int			pgjq_max_metrics_claims = 65536;
+int			pgjq_engine = PGJQ_ENGINE_TABLE;
+int			pgjq_ring_positions = 1048576;
+int			pgjq_ring_max_in_flight = 65536;
+int			pgjq_ring_max_lanes = 65536;
+int			pgjq_ring_max_queues = 1024;
+int			pgjq_ring_slot_rows = 100000;
+
+static const struct config_enum_entry engine_options[] = {
+	{"table", PGJQ_ENGINE_TABLE, false},
+	{"ring", PGJQ_ENGINE_RING, false},
+	{NULL, 0, false}
+};
 
 /* pgjq.debug_crash_at names a point of crash_points.c, or nothing */
 static bool
@@ -116,6 +136,25 @@ pgjq_guc_init(void)
 							   GUC_NOT_IN_SAMPLE,
 							   check_crash_point, NULL, NULL);
 
+	DefineCustomEnumVariable("pgjq.engine",
+							 "Storage engine of the queues created from now on.",
+							 "table: pgjq.job (the default); ring: the ring engine, which needs shared_preload_libraries.",
+							 &pgjq_engine,
+							 PGJQ_ENGINE_TABLE,
+							 engine_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pgjq.ring_slot_rows",
+							"Job bodies a ring slot takes before producers move to the next slot.",
+							"A slot comes back by TRUNCATE once all its jobs are finished.",
+							&pgjq_ring_slot_rows,
+							100000, 1, PG_INT32_MAX,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
 	/* sizes shared memory: only when preloaded, as PGC_POSTMASTER demands */
 	if (process_shared_preload_libraries_in_progress)
 	{
@@ -132,6 +171,38 @@ pgjq_guc_init(void)
 								"Slots of dropped databases are reused.",
 								&pgjq_max_databases,
 								64, 1, 65536,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("pgjq.ring_positions",
+								"Ready jobs of ring queues that shared memory holds (all databases), including those being enqueued or claimed.",
+								"An enqueue that would need more fails; 24 bytes each.",
+								&pgjq_ring_positions,
+								1048576, 1024, 256 * 1024 * 1024,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("pgjq.ring_max_in_flight",
+								"Running jobs of ring queues that shared memory holds (all databases).",
+								"A claim at the bound takes fewer jobs.",
+								&pgjq_ring_max_in_flight,
+								65536, 64, 64 * 1024 * 1024,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("pgjq.ring_max_lanes",
+								"Lanes (queue, priority, fair key) with ready or running ring jobs (all databases).",
+								"An enqueue that needs a new lane at the bound fails.",
+								&pgjq_ring_max_lanes,
+								65536, 16, 64 * 1024 * 1024,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("pgjq.ring_max_queues",
+								"Ring queues with jobs that shared memory tracks at once (all databases).",
+								"An enqueue that needs a new entry at the bound fails.",
+								&pgjq_ring_max_queues,
+								1024, 16, 1024 * 1024,
 								PGC_POSTMASTER,
 								0,
 								NULL, NULL, NULL);

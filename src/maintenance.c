@@ -17,6 +17,7 @@
  */
 #include "args.h"
 #include "metrics.h"
+#include "ring.h"
 #include "storage.h"
 
 #include "access/htup_details.h"
@@ -71,10 +72,26 @@ rescue_chunk(int limit)
 	{
 		CHECK_FOR_INTERRUPTS();
 		pgjq_metrics_call_begin();
-		(void) pgjq_outcome_failed(&jobs[i], "lease expired", -1, now);
+		(void) pgjq_outcome_fail(jobs[i].id, jobs[i].token, "lease expired", -1, now);
 		pgjq_metrics_job_outcome(jobs[i].token, PGJQ_M_RESCUED, now);
 	}
 	pfree(jobs);
+	/* ring jobs: moved to pgjq.job by pgjq_outcome_fail, then the same */
+	if (n < limit)
+	{
+		int64	   *ids = palloc(sizeof(int64) * (limit - n));
+		int64	   *toks = palloc(sizeof(int64) * (limit - n));
+		int			m = pgjq_ring_expired(now, limit - n, ids, toks);
+
+		for (int i = 0; i < m; i++)
+		{
+			CHECK_FOR_INTERRUPTS();
+			pgjq_metrics_call_begin();
+			if (pgjq_outcome_fail(ids[i], toks[i], "lease expired", -1, now) != 0)
+				pgjq_metrics_job_outcome(toks[i], PGJQ_M_RESCUED, now);
+		}
+		n += m;
+	}
 	pgjq_storage_end();
 	return n;
 }
@@ -168,7 +185,7 @@ pgjq_maintenance_next_deadline(void)
 	TimestampTz t;
 
 	pgjq_storage_begin();
-	t = pgjq_storage_next_deadline();
+	t = Min(pgjq_storage_next_deadline(), pgjq_ring_next_deadline());
 	pgjq_storage_end();
 	return t;
 }

@@ -15,6 +15,7 @@
  *-------------------------------------------------------------------------
  */
 #include "args.h"
+#include "ring.h"
 #include "metrics.h"
 #include "storage.h"
 
@@ -34,26 +35,69 @@ PG_FUNCTION_INFO_V1(pgjq_retry_dead);
 #define MAX_DELAY_US (10 * USECS_PER_YEAR)
 
 /*
- * Decide and apply the outcome of a failed attempt of a running job that the
- * caller has locked: cancelled if its cancellation was requested, dead when
- * its attempts are spent, else scheduled again after retry_in_us (or the
- * queue's backoff when negative).  Used by fail() and by rescue.  Returns
- * the final state character, or 's' for a retry.
+ * Decide the outcome of a failed attempt of a running job (fail, the failed
+ * outcomes of complete_and_claim, and rescue): cancelled if its cancellation
+ * was requested, dead when its attempts are spent, else a retry at *run_at,
+ * after retry_in_us (or the queue's backoff when negative).  Returns the
+ * final state character, or 's' for a retry.  Only the decision: the engine
+ * applies it under its own fencing (pgjq_storage_fail).
  */
 char
-pgjq_outcome_failed(const PgjqRunningJob *job, const char *error, int64 retry_in_us,
-					TimestampTz now)
+pgjq_outcome_decide(const PgjqRunningJob *job, int64 retry_in_us, TimestampTz now,
+					TimestampTz *run_at)
 {
 	if (job->cancel_requested)
-		return pgjq_storage_finish(job->id, job->token, PGJQ_FINISHED_CANCELLED, error, now);
+		return PGJQ_FINISHED_CANCELLED;
 	if (job->attempt >= job->max_attempts)
-		return pgjq_storage_finish(job->id, job->token, PGJQ_FINISHED_DEAD, error, now);
+		return PGJQ_FINISHED_DEAD;
 	if (retry_in_us < 0)
 		retry_in_us = pgjq_backoff_us(job->backoff_base_us, job->backoff_max_us, job->attempt);
-	pgjq_storage_reschedule(job->id, now + retry_in_us, error, false);
-	/* the worker promotes the retry on time (it may plan to sleep past it) */
-	pgjq_shmem_note_due(now + retry_in_us);
+	*run_at = now + retry_in_us;
 	return 's';
+}
+
+/*
+ * Fail (id, token) through the engine; a retry's run_at is noted for the
+ * worker, which promotes it on time (it may plan to sleep past it).
+ * Returns the outcome as pgjq_storage_fail does (0 when stale).
+ */
+char
+pgjq_outcome_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
+				  TimestampTz now)
+{
+	TimestampTz run_at = 0;
+	char		r;
+
+	/* a ring job moves to pgjq.job first (ring.h) */
+	if (pgjq_ring_move(id, &token) == PGJQ_RING_STALE)
+		return 0;
+	r = pgjq_storage_fail(id, token, error, retry_in_us, now, &run_at);
+	if (r == 's')
+		pgjq_shmem_note_due(run_at);
+	return r;
+}
+
+/*
+ * Complete (ids[i], tokens[i]) in whichever engine holds each job: the ring
+ * answers for its jobs in flight, the table engine for the rest.
+ */
+static int64
+complete_jobs(int n, Datum *ids, Datum *tokens, TimestampTz now)
+{
+	bool	   *ring_handled = palloc(sizeof(bool) * n);
+	int64		done = pgjq_ring_complete(n, ids, tokens, now, ring_handled);
+	int			m = 0;
+
+	for (int i = 0; i < n; i++)
+		if (!ring_handled[i])
+		{
+			ids[m] = ids[i];
+			tokens[m] = tokens[i];
+			m++;
+		}
+	if (m > 0)
+		done += pgjq_storage_complete(m, ids, tokens, now);
+	return done;
 }
 
 Datum
@@ -70,8 +114,9 @@ pgjq_complete(PG_FUNCTION_ARGS)
 	token = PG_GETARG_DATUM(1);
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
-	n = pgjq_storage_complete(1, &id, &token, now);
+	n = complete_jobs(1, &id, &token, now);
 	pgjq_storage_end();
+	token = PG_GETARG_DATUM(1);
 	pgjq_metrics_completed(1, &token, n, now);
 	PG_RETURN_BOOL(n == 1);
 }
@@ -119,7 +164,15 @@ pgjq_complete_many(PG_FUNCTION_ARGS)
 
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
-	n = pgjq_storage_complete(nids, idv, tokv, now);
+	{
+		Datum	   *ids2 = palloc(sizeof(Datum) * nids);
+		Datum	   *tok2 = palloc(sizeof(Datum) * nids);
+
+		/* complete_jobs reorders its arrays; metrics needs the tokens */
+		memcpy(ids2, idv, sizeof(Datum) * nids);
+		memcpy(tok2, tokv, sizeof(Datum) * nids);
+		n = complete_jobs(nids, ids2, tok2, now);
+	}
 	pgjq_storage_end();
 	pgjq_metrics_completed(nids, tokv, n, now);
 	PG_RETURN_INT64(n);
@@ -166,7 +219,7 @@ pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors, bool *error_
 
 	for (int i = 0; i < n; i++)
 	{
-		PgjqRunningJob job;
+		char		r;
 
 		if (errors == NULL || error_nulls[i])
 		{
@@ -176,13 +229,12 @@ pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors, bool *error_
 			continue;
 		}
 		pgjq_metrics_call_begin();
-		if (pgjq_storage_lock_running(DatumGetInt64(ids[i]), DatumGetInt64(tokens[i]), &job))
+		r = pgjq_outcome_fail(DatumGetInt64(ids[i]), DatumGetInt64(tokens[i]),
+							  clip_error(DatumGetTextPP(errors[i])), -1, now);
+		if (r != 0)
 		{
-			char		r = pgjq_outcome_failed(&job, clip_error(DatumGetTextPP(errors[i])),
-												-1, now);
-
-			pgjq_metrics_job_outcome(job.token, r == 's' ? PGJQ_M_FAILED : PGJQ_M_NCOUNTERS,
-									 now);
+			pgjq_metrics_job_outcome(DatumGetInt64(tokens[i]),
+									 r == 's' ? PGJQ_M_FAILED : PGJQ_M_NCOUNTERS, now);
 
 			/*
 			 * a cancelled job ends as cancelled, and counts as stale, as in
@@ -199,7 +251,12 @@ pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors, bool *error_
 		int64		completed;
 
 		pgjq_metrics_call_begin();
-		completed = pgjq_storage_complete(ncomplete, cids, ctoks, now);
+		{
+			Datum	   *tok2 = palloc(sizeof(Datum) * ncomplete);
+
+			memcpy(tok2, ctoks, sizeof(Datum) * ncomplete);
+			completed = complete_jobs(ncomplete, cids, tok2, now);
+		}
 		pgjq_metrics_completed(ncomplete, ctoks, completed, now);
 		done += completed;
 	}
@@ -213,7 +270,8 @@ pgjq_fail(PG_FUNCTION_ARGS)
 	int64		token;
 	char	   *error;
 	int64		retry_in_us;
-	PgjqRunningJob job;
+	TimestampTz now = GetCurrentTimestamp();
+	char		r;
 	const char *result = "stale";
 
 	pgjq_arg_not_null(fcinfo, 0, "id");
@@ -225,11 +283,9 @@ pgjq_fail(PG_FUNCTION_ARGS)
 
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
-	if (pgjq_storage_lock_running(id, token, &job))
+	r = pgjq_outcome_fail(id, token, error, retry_in_us, now);
+	if (r != 0)
 	{
-		TimestampTz now = GetCurrentTimestamp();
-		char		r = pgjq_outcome_failed(&job, error, retry_in_us, now);
-
 		pgjq_metrics_job_outcome(token, r == 's' ? PGJQ_M_FAILED : PGJQ_M_NCOUNTERS, now);
 		switch (r)
 		{
@@ -268,7 +324,14 @@ pgjq_heartbeat(PG_FUNCTION_ARGS)
 
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
-	lease_until = pgjq_storage_heartbeat(id, token, extend_us, now, &found);
+	/* a heartbeated ring job moves to pgjq.job (ring.h) */
+	if (pgjq_ring_move(id, &token) == PGJQ_RING_STALE)
+	{
+		found = false;
+		lease_until = 0;
+	}
+	else
+		lease_until = pgjq_storage_heartbeat(id, token, extend_us, now, &found);
 	if (!found)
 	{
 		if (pgjq_storage_finish_if_cancelled(id, token, now))
@@ -291,8 +354,8 @@ pgjq_snooze(PG_FUNCTION_ARGS)
 	int64		token;
 	int64		delay_us;
 	TimestampTz now = GetCurrentTimestamp();
-	PgjqRunningJob job;
-	bool		snoozed = false;
+	char		r;
+	bool		snoozed;
 
 	pgjq_arg_not_null(fcinfo, 0, "id");
 	pgjq_arg_not_null(fcinfo, 1, "token");
@@ -303,17 +366,13 @@ pgjq_snooze(PG_FUNCTION_ARGS)
 
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
-	if (pgjq_storage_lock_running(id, token, &job))
-	{
-		if (job.cancel_requested)
-			(void) pgjq_storage_finish(id, token, PGJQ_FINISHED_CANCELLED, NULL, now);
-		else
-		{
-			pgjq_storage_reschedule(id, now + delay_us, NULL, true);
-			snoozed = true;
-		}
+	if (pgjq_ring_move(id, &token) == PGJQ_RING_STALE)
+		r = 0;
+	else
+		r = pgjq_storage_snooze(id, token, now + delay_us, now);
+	snoozed = (r == 's');
+	if (r != 0)
 		pgjq_metrics_job_outcome(token, snoozed ? PGJQ_M_SNOOZED : PGJQ_M_NCOUNTERS, now);
-	}
 	else
 		pgjq_metrics_stale(1, &PG_GETARG_DATUM(1));
 	pgjq_storage_end();
@@ -329,6 +388,9 @@ pgjq_cancel(PG_FUNCTION_ARGS)
 
 	pgjq_arg_not_null(fcinfo, 0, "id");
 	pgjq_storage_begin();
+	/* a ring job, running or ready, moves to pgjq.job first (ring.h) */
+	if (pgjq_ring_move(PG_GETARG_INT64(0), NULL) == PGJQ_RING_NOT_MINE)
+		(void) pgjq_ring_take_ready(PG_GETARG_INT64(0));
 	r = pgjq_storage_cancel(PG_GETARG_INT64(0), GetCurrentTimestamp());
 	pgjq_storage_end();
 	PG_RETURN_BOOL(r != PGJQ_CANCEL_NOT_FOUND);

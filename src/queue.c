@@ -19,11 +19,16 @@
  * The limits live in shared memory (limits.c): setting one needs pgjq in
  * shared_preload_libraries.
  *
+ * A queue created while pgjq.engine is 'ring' uses the ring engine (ring.h),
+ * which needs shared_preload_libraries and has no limits yet: create_queue
+ * and alter_queue refuse them for such a queue (0A000).
+ *
  *-------------------------------------------------------------------------
  */
 #include "metrics.h"
 #include "args.h"
 #include "limits.h"
+#include "ring.h"
 
 #include <math.h>
 
@@ -92,6 +97,17 @@ read_settings(FunctionCallInfo fcinfo, PgjqQueueSettings *s)
 		pgjq_limits_require_shmem("a queue limit");
 }
 
+/* The ring engine has no limits yet (docs/design.md, "The ring engine"). */
+static void
+ring_no_limits(const char *name, const PgjqQueueSettings *s)
+{
+	if (s->concurrency > 0 || s->key_concurrency > 0 || s->rate > 0 || s->burst > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("queue \"%s\" uses the ring engine, which has no limits yet", name),
+				 errhint("Create the queue with pgjq.engine = 'table' to use concurrency, key_concurrency, rate or burst.")));
+}
+
 static void
 check_backoff(int64 base_us, int64 max_us)
 {
@@ -119,6 +135,12 @@ pgjq_create_queue(PG_FUNCTION_ARGS)
 	if (s.retention_us < 0)
 		s.retention_us = USECS_PER_DAY;
 	check_backoff(s.backoff_base_us, s.backoff_max_us);
+	s.engine = (char) pgjq_engine;
+	if (s.engine == PGJQ_ENGINE_RING)
+	{
+		pgjq_ring_require();
+		ring_no_limits(name, &s);
+	}
 
 	pgjq_storage_begin();
 	if (!pgjq_storage_queue_insert(name, &s))
@@ -139,6 +161,8 @@ pgjq_alter_queue(PG_FUNCTION_ARGS)
 	read_settings(fcinfo, &s);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(name, &queue);
+	if (queue.engine == PGJQ_ENGINE_RING)
+		ring_no_limits(name, &s);
 	check_backoff(s.backoff_base_us >= 0 ? s.backoff_base_us : queue.backoff_base_us,
 				  s.backoff_max_us >= 0 ? s.backoff_max_us : queue.backoff_max_us);
 	pgjq_storage_queue_update(queue.queue_id, &s);
@@ -161,6 +185,12 @@ pgjq_drop_queue(PG_FUNCTION_ARGS)
 	pgjq_storage_queue_lock(name, AccessExclusiveLock);
 	pgjq_storage_queue_get_or_error(name, &queue);
 	running = pgjq_storage_queue_delete(queue.queue_id, force);
+	if (queue.engine == PGJQ_ENGINE_RING)
+	{
+		int64		ready;
+
+		running += pgjq_ring_drop_jobs(queue.queue_id, true, force, &ready);
+	}
 	if (running > 0 && !force)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
@@ -212,6 +242,13 @@ pgjq_purge(PG_FUNCTION_ARGS)
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(name, &queue);
 	n = pgjq_storage_queue_purge(queue.queue_id);
+	if (queue.engine == PGJQ_ENGINE_RING)
+	{
+		int64		ready;
+
+		(void) pgjq_ring_drop_jobs(queue.queue_id, false, false, &ready);
+		n += ready;
+	}
 	pgjq_storage_end();
 	PG_RETURN_INT64(n);
 }

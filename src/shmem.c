@@ -28,6 +28,7 @@
 #include "pgjq.h"
 #include "limits.h"
 #include "metrics.h"
+#include "ring.h"
 
 #include "access/xact.h"
 #include "commands/dbcommands.h"
@@ -82,10 +83,11 @@ request_shmem(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 #endif
-	RequestAddinShmemSpace(add_size(add_size(shared_size(), pgjq_metrics_shmem_size()),
-									add_size(pgjq_limits_shmem_size(), pgjq_wait_shmem_size())));
-	/* 0: worker slots, 1: limit counters, 2: waiters, 3: metrics */
-	RequestNamedLWLockTranche("pgjq", 4);
+	RequestAddinShmemSpace(add_size(add_size(add_size(shared_size(), pgjq_metrics_shmem_size()),
+											 add_size(pgjq_limits_shmem_size(), pgjq_wait_shmem_size())),
+									pgjq_ring_shmem_size()));
+	/* 0: worker slots, 1: limit counters, 2: waiters, 3: metrics, 4: ring */
+	RequestNamedLWLockTranche("pgjq", 5);
 }
 
 static void
@@ -112,6 +114,7 @@ startup_shmem(void)
 	pgjq_limits_shmem_init(found);
 	pgjq_wait_shmem_init(found);
 	pgjq_metrics_shmem_init(found);
+	pgjq_ring_shmem_init(found);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -130,6 +133,7 @@ pgjq_shmem_init(void)
 	pgjq_limits_startup();
 	pgjq_wait_startup();
 	pgjq_metrics_startup();
+	pgjq_ring_startup();
 }
 
 /* True when pgjq was preloaded and its shared memory exists. */

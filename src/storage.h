@@ -36,6 +36,7 @@ typedef struct PgjqQueue
 	double		rate;			/* claims started per second; 0 = no limit */
 	int32		burst;			/* bucket size for rate */
 	bool		paused;
+	char		engine;			/* 't' table (pgjq.job), 'r' ring (ring.h) */
 } PgjqQueue;
 
 /*
@@ -53,6 +54,7 @@ typedef struct PgjqQueueSettings
 	int32		key_concurrency;
 	double		rate;
 	int32		burst;
+	char		engine;			/* create_queue only */
 } PgjqQueueSettings;
 
 /*
@@ -169,20 +171,29 @@ extern int64 pgjq_storage_queue_purge(int32 queue_id);
 extern void pgjq_storage_enqueue(int32 queue_id, PgjqNewJobs *jobs);
 extern int64 pgjq_storage_next_token(void);
 extern int64 pgjq_storage_complete(int n, Datum *ids, Datum *tokens, TimestampTz now);
-extern bool pgjq_storage_lock_running(int64 id, int64 token, PgjqRunningJob *job);
-extern void pgjq_storage_reschedule(int64 id, TimestampTz run_at, const char *error,
-									bool give_back_attempt);
-extern char pgjq_storage_finish(int64 id, int64 token, char state, const char *error,
-								TimestampTz now);
+
+/*
+ * The outcomes that end an attempt other than by completing it, fenced by
+ * (id, token): 0 when the pair is stale (nothing changes), else what
+ * happened.  fail: 's' retried at *run_at, PGJQ_FINISHED_DEAD, or
+ * PGJQ_FINISHED_CANCELLED when cancellation was requested (the decision is
+ * pgjq_outcome_decide's).  snooze: 's' (run again at run_at, the attempt
+ * given back) or PGJQ_FINISHED_CANCELLED.
+ */
+extern char pgjq_storage_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
+							  TimestampTz now, TimestampTz *run_at);
+extern char pgjq_storage_snooze(int64 id, int64 token, TimestampTz run_at, TimestampTz now);
 extern bool pgjq_storage_finish_if_cancelled(int64 id, int64 token, TimestampTz now);
 extern TimestampTz pgjq_storage_heartbeat(int64 id, int64 token, int64 extend_us,
 										  TimestampTz now, bool *found);
 extern PgjqCancelResult pgjq_storage_cancel(int64 id, TimestampTz now);
 extern int64 pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz now);
 
-/* outcome.c: a failed attempt of a locked running job (fail and rescue) */
-extern char pgjq_outcome_failed(const PgjqRunningJob *job, const char *error,
-								int64 retry_in_us, TimestampTz now);
+/* outcome.c: the outcome of a failed attempt (fail, rescue), and applying it */
+extern char pgjq_outcome_decide(const PgjqRunningJob *job, int64 retry_in_us, TimestampTz now,
+								TimestampTz *run_at);
+extern char pgjq_outcome_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
+							  TimestampTz now);
 
 /* outcome.c: the outcomes of a worker's cycle (complete_and_claim) */
 extern int64 pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors,

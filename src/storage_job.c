@@ -487,8 +487,8 @@ pgjq_storage_complete(int n, Datum *ids, Datum *tokens, TimestampTz now)
  * Lock the running job (id, token) and describe it; false when the pair is
  * stale.  Waits for a concurrent outcome or rescue holding the row.
  */
-bool
-pgjq_storage_lock_running(int64 id, int64 token, PgjqRunningJob *job)
+static bool
+lock_running(int64 id, int64 token, PgjqRunningJob *job)
 {
 	Datum		values[2] = {Int64GetDatum(id), Int64GetDatum(token)};
 	bool		isnull;
@@ -507,11 +507,11 @@ pgjq_storage_lock_running(int64 id, int64 token, PgjqRunningJob *job)
 }
 
 /*
- * Put a running job (already locked by pgjq_storage_lock_running or
- * pgjq_storage_expired) back to scheduled at run_at.
+ * Put a running job (already locked by lock_running) back to scheduled at
+ * run_at.
  */
-void
-pgjq_storage_reschedule(int64 id, TimestampTz run_at, const char *error, bool give_back_attempt)
+static void
+reschedule(int64 id, TimestampTz run_at, const char *error, bool give_back_attempt)
 {
 	Datum		values[4];
 	char		nulls[5] = "    ";
@@ -532,8 +532,8 @@ pgjq_storage_reschedule(int64 id, TimestampTz run_at, const char *error, bool gi
  * cancellation request wins over it).  Returns the state stored, or '\0'
  * when the pair was stale.
  */
-char
-pgjq_storage_finish(int64 id, int64 token, char state, const char *error, TimestampTz now)
+static char
+finish(int64 id, int64 token, char state, const char *error, TimestampTz now)
 {
 	Datum		values[5];
 	char		nulls[6] = "     ";
@@ -556,6 +556,35 @@ pgjq_storage_finish(int64 id, int64 token, char state, const char *error, Timest
 	report_left_running_at(2);
 	report_finished_at(1);
 	return state_out;
+}
+
+char
+pgjq_storage_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
+				  TimestampTz now, TimestampTz *run_at)
+{
+	PgjqRunningJob job;
+	char		r;
+
+	if (!lock_running(id, token, &job))
+		return '\0';
+	r = pgjq_outcome_decide(&job, retry_in_us, now, run_at);
+	if (r != 's')
+		return finish(id, token, r, error, now);
+	reschedule(id, *run_at, error, false);
+	return 's';
+}
+
+char
+pgjq_storage_snooze(int64 id, int64 token, TimestampTz run_at, TimestampTz now)
+{
+	PgjqRunningJob job;
+
+	if (!lock_running(id, token, &job))
+		return '\0';
+	if (job.cancel_requested)
+		return finish(id, token, PGJQ_FINISHED_CANCELLED, NULL, now);
+	reschedule(id, run_at, NULL, true);
+	return 's';
 }
 
 /* Finish (id, token) as cancelled if its cancellation was requested. */

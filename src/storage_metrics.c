@@ -8,10 +8,12 @@
  * Read only, computed when asked.  Each state is counted on its own partial
  * index (ready, scheduled, running in pgjq.job; dead in each job_history
  * partition), so a count reads the rows of its state only; the cost grows
- * with the backlog, not with the finished history (bench/metrics).
+ * with the backlog, not with the finished history (bench/metrics).  A ring
+ * queue's ready and running ring jobs are added from shared memory (ring.h).
  *
  *-------------------------------------------------------------------------
  */
+#include "ring.h"
 #include "storage_internal.h"
 
 #include "utils/builtins.h"
@@ -77,6 +79,14 @@ pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueGauges **gau
 		g[r].has_next_scheduled = !isnull;
 		if (!isnull)
 			g[r].next_scheduled_in = DatumGetFloat8(d);
+		{
+			int64		ready,
+						running;
+
+			pgjq_ring_counts(g[r].queue_id, &ready, &running);
+			g[r].ready += ready;
+			g[r].running += running;
+		}
 	}
 	MemoryContextSwitchTo(old);
 	*gauges = g;

@@ -32,6 +32,7 @@
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 
 /* field4 of the lock tag, apart from user advisory locks (which use 1 and 2) */
 #define PGJQ_LOCKTAG_QUEUE	0x706A
@@ -39,18 +40,44 @@
 static PgjqPlan plan_get = {
 	"SELECT queue_id, lease, max_attempts, backoff_base, backoff_max, retention, paused,"
 	"       coalesce(concurrency, 0), coalesce(key_concurrency, 0), coalesce(rate, 0),"
-	"       coalesce(burst, 0)"
+	"       coalesce(burst, 0), engine"
 	"  FROM pgjq.queue WHERE name = $1",
 	1, {TEXTOID}
 };
 
-static PgjqPlan plan_insert = {
+/* a 0.1.0 schema (before ALTER EXTENSION UPDATE) has no engine column */
+static PgjqPlan plan_get_010 = {
+	"SELECT queue_id, lease, max_attempts, backoff_base, backoff_max, retention, paused,"
+	"       coalesce(concurrency, 0), coalesce(key_concurrency, 0), coalesce(rate, 0),"
+	"       coalesce(burst, 0), 't'::\"char\""
+	"  FROM pgjq.queue WHERE name = $1",
+	1, {TEXTOID}
+};
+
+static PgjqPlan plan_insert_010 = {
 	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention,"
 	"                        concurrency, key_concurrency, rate, burst)"
 	" VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), nullif($8, 0), nullif($9, 0), nullif($10, 0))"
 	" ON CONFLICT (name) DO NOTHING RETURNING queue_id",
 	10, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
 	INT4OID, INT4OID, FLOAT8OID, INT4OID}
+};
+
+/* Does pgjq.queue have the engine column (0.2.0)? */
+static bool
+queue_has_engine(void)
+{
+	return get_attnum(pgjq_relation("queue"), "engine") != InvalidAttrNumber;
+}
+
+static PgjqPlan plan_insert = {
+	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention,"
+	"                        concurrency, key_concurrency, rate, burst, engine)"
+	" VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), nullif($8, 0), nullif($9, 0), nullif($10, 0),"
+	"         $11)"
+	" ON CONFLICT (name) DO NOTHING RETURNING queue_id",
+	11, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
+	INT4OID, INT4OID, FLOAT8OID, INT4OID, CHAROID}
 };
 
 static PgjqPlan plan_update = {
@@ -192,7 +219,7 @@ pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
 	}
 
 	values[0] = CStringGetTextDatum(name);
-	pgjq_spi_run(&plan_get, values, NULL, 1);
+	pgjq_spi_run(queue_has_engine() ? &plan_get : &plan_get_010, values, NULL, 1);
 	if (SPI_processed == 0)
 		return false;
 	queue->queue_id = DatumGetInt32(pgjq_spi_get(0, 1, &isnull));
@@ -206,6 +233,7 @@ pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
 	queue->key_concurrency = DatumGetInt32(pgjq_spi_get(0, 9, &isnull));
 	queue->rate = DatumGetFloat8(pgjq_spi_get(0, 10, &isnull));
 	queue->burst = DatumGetInt32(pgjq_spi_get(0, 11, &isnull));
+	queue->engine = DatumGetChar(pgjq_spi_get(0, 12, &isnull));
 	/* cache it unless an invalidation arrived while we read it */
 	if (!queue_cache_stale)
 	{
@@ -255,12 +283,21 @@ settings_params(const PgjqQueueSettings *s, Datum *values, char *nulls)
 bool
 pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s)
 {
-	Datum		values[10];
-	char		nulls[11] = "          ";
+	Datum		values[11];
+	char		nulls[12] = "           ";
 
 	values[0] = CStringGetTextDatum(name);
 	settings_params(s, values, nulls);
-	pgjq_spi_run(&plan_insert, values, nulls, 0);
+	values[10] = CharGetDatum(s->engine);
+	if (queue_has_engine())
+		pgjq_spi_run(&plan_insert, values, nulls, 0);
+	else if (s->engine == 't')
+		pgjq_spi_run(&plan_insert_010, values, nulls, 0);
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the ring engine needs version 0.2.0 of the extension"),
+				 errhint("Update it: ALTER EXTENSION pgjq UPDATE.")));
 	queue_changed();
 	return SPI_processed == 1;
 }

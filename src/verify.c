@@ -11,7 +11,9 @@
  *   both unfinished and finished, the id and token sequences are above every
  *   id and token in use, the history partitions and their registry agree;
  * - shared memory against the tables (limits.c): the running counts behind
- *   concurrency and key_concurrency limits.
+ *   concurrency and key_concurrency limits;
+ * - the ring engine's shared memory against its tables (ring_store.c): the
+ *   ready and running ring jobs and each slot's unfinished count.
  * A transaction that claims or finishes jobs while verify() runs makes the
  * counters and the table differ until it ends, so a difference is reported
  * only if it is still there after the counters were read again for up to a
@@ -23,6 +25,7 @@
  */
 #include "args.h"
 #include "limits.h"
+#include "ring.h"
 #include "spi_plans.h"
 
 #include "miscadmin.h"
@@ -59,6 +62,9 @@ pgjq_verify(PG_FUNCTION_ARGS)
 	pgjq_srf_materialize(fcinfo);
 	pgjq_storage_begin();
 	nrows = pgjq_storage_verify(&rows);
+	for (int i = 0; i < nrows; i++)
+		put(rsinfo, rows[i].area, rows[i].object, rows[i].expected, rows[i].found);
+	nrows = pgjq_ring_verify(&rows);
 	for (int i = 0; i < nrows; i++)
 		put(rsinfo, rows[i].area, rows[i].object, rows[i].expected, rows[i].found);
 

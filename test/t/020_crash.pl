@@ -37,11 +37,16 @@ use PgjqLoad;
 
 my $postmaster_kills = 20;
 
-my $node = PostgreSQL::Test::Cluster->new('pgjq_crash');
+# 021_crash_ring.pl runs this file with every queue on the ring engine
+my $engine = $ENV{PGJQ_CRASH_ENGINE} // 'table';
+note("engine: $engine");
+
+my $node = PostgreSQL::Test::Cluster->new("pgjq_crash_$engine");
 $node->init;
 $node->append_conf(
 	'postgresql.conf', qq{
 shared_preload_libraries = 'pgjq'
+pgjq.engine = '$engine'
 pgjq.database_names = 'postgres'
 pgjq.max_sleep = '2s'
 restart_after_crash = on

@@ -1,0 +1,103 @@
+/*-------------------------------------------------------------------------
+ *
+ * ring.h
+ *	  The ring engine: job bodies appended once to a ring of four tables,
+ *	  claims taken from shared memory, space back by TRUNCATE (docs/design.md,
+ *	  "The ring engine").
+ *
+ * A queue uses the ring when it was created while the superuser setting
+ * pgjq.engine was 'ring' (pgjq.queue.engine = 'r').  Its immediate jobs
+ * (no run_at in the future, no dedup_key) live in the ring from enqueue to
+ * completion.  Everything else about such a queue's jobs (delayed and
+ * deduplicated jobs, retries, snoozes, heartbeats, cancellation of a running
+ * job, rescue) is the table engine's (pgjq.job): an outcome other than
+ * complete first moves the ring job into pgjq.job as a running row with the
+ * same token and lease (pgjq_ring_move), in the caller's transaction, and
+ * the table engine applies it from there.  Claims of a ring queue take from
+ * the table engine first when it may have ready jobs of the queue (a flag
+ * in shared memory, cleared by a claim that found none there), so a retried
+ * job never waits behind the ring's backlog.
+ *
+ * ring_shmem.c owns the shared state and the transaction callbacks;
+ * ring_store.c the tables, the rebuild and the operations below.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PGJQ_RING_H
+#define PGJQ_RING_H
+
+#include "storage.h"
+
+/* pgjq.queue.engine */
+#define PGJQ_ENGINE_TABLE	't'
+#define PGJQ_ENGINE_RING	'r'
+
+/* guc.c */
+extern int	pgjq_engine;		/* for new queues: PGJQ_ENGINE_* */
+extern int	pgjq_ring_positions;
+extern int	pgjq_ring_max_in_flight;
+extern int	pgjq_ring_max_lanes;
+extern int	pgjq_ring_max_queues;
+extern int	pgjq_ring_slot_rows;
+
+/* ring_shmem.c: allocation, called by shmem.c */
+extern Size pgjq_ring_shmem_size(void);
+extern void pgjq_ring_shmem_init(bool found);
+extern void pgjq_ring_startup(void);
+
+/* ERROR (55000, with a hint) unless the ring's shared memory exists */
+extern void pgjq_ring_require(void);
+
+/* ring_store.c: the engine's operations, between pgjq_storage_begin/end */
+extern void pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs);
+extern int	pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
+							int64 *token, PgjqClaimedJob *jobs);
+
+/*
+ * Whether a claim of the ring queue should ask the table engine first: it
+ * may have ready jobs of the queue.  *gen is what to pass to
+ * pgjq_ring_table_empty when the table engine then had none.
+ */
+extern bool pgjq_ring_table_first(int32 queue_id, uint64 *gen);
+extern void pgjq_ring_table_empty(int32 queue_id, uint64 gen);
+
+/* this transaction claimed from the table engine for the ring queue */
+extern void pgjq_ring_note_table_claim(int32 queue_id);
+
+/*
+ * Complete the pairs that are ring jobs in flight; handled[i] is set for
+ * each pair the ring answered (completed or stale), the others are the table
+ * engine's.  Returns how many it completed.
+ */
+extern int64 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now,
+								bool *handled);
+
+/* pgjq_ring_move: what became of (id, token) */
+#define PGJQ_RING_NOT_MINE	0	/* not a ring job in flight: ask the table */
+#define PGJQ_RING_STALE		1	/* a ring job, but the token is stale */
+#define PGJQ_RING_MOVED		2	/* now a running row of pgjq.job */
+extern int	pgjq_ring_move(int64 id, const int64 *token);	/* NULL: any claim */
+
+/* a ready ring job moved into pgjq.job as ready (for cancel); false if none */
+extern bool pgjq_ring_take_ready(int64 id);
+
+/* ring claims whose lease ended before now (at most limit) */
+extern int	pgjq_ring_expired(TimestampTz now, int limit, int64 *ids, int64 *tokens);
+extern TimestampTz pgjq_ring_next_deadline(void);
+
+/*
+ * purge (drop false): end the queue's ready ring jobs.  drop_queue (drop
+ * true): the same, and with force its running ones too; without force,
+ * nothing changes when it has running ones.  Waits for open transactions
+ * that claim or finish the queue's ring jobs.  Returns how many running ring
+ * jobs the queue has, *ready how many ready ones it ended.
+ */
+extern int64 pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *ready);
+
+/* verify(): where shared memory and the ring's tables disagree */
+extern int	pgjq_ring_verify(PgjqVerifyRow **rows);
+
+/* the ring's ready and running jobs of a queue (shared memory) */
+extern void pgjq_ring_counts(int32 queue_id, int64 *ready, int64 *running);
+
+#endif							/* PGJQ_RING_H */

@@ -1,0 +1,220 @@
+/*-------------------------------------------------------------------------
+ *
+ * ring_internal.h
+ *	  The ring engine's shared-memory layout and transaction-local state,
+ *	  shared by ring_shmem.c (owner) and ring_store.c.
+ *
+ * Locking rules: one LWLock (ring->lock) protects every shared field here:
+ * the per-database records and their slots, the queue records, the lanes
+ * and their node pool, the in-flight table.  It is never held across heap
+ * access, WAL, a heavyweight-lock wait, or anything that can raise an error
+ * (callers check bounds and release it before they raise).
+ *
+ * Where a job is: a producer's pending list (appended, not committed), a
+ * lane (committed, claimable), the in-flight table as CLAIMING (claimed by
+ * an open transaction), OPEN (claim committed: its token is valid) or
+ * CLOSING (an open transaction completes, moves or removes it), or gone (its
+ * close committed).  Every move between these happens under the lock, in a
+ * call or in a commit or abort callback; the callbacks never allocate and
+ * never fail: node room and lanes are reserved when a job is appended, and
+ * in-flight entries exist from the claim on.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PGJQ_RING_INTERNAL_H
+#define PGJQ_RING_INTERNAL_H
+
+#include "ring.h"
+
+#include "storage/itemptr.h"
+#include "storage/lwlock.h"
+#include "utils/hsearch.h"
+
+#define RING_NSLOTS		4
+#define RING_MAX_PRIOS	32		/* distinct priorities of one queue at once */
+
+/* a published position: which job, where its body is */
+typedef struct RingPos
+{
+	int64		id;
+	ItemPointerData tid;
+	uint16		slot;
+} RingPos;
+
+typedef struct RingNode
+{
+	RingPos		p;
+	int32		next;			/* next node of the lane or free list, -1 */
+} RingNode;
+
+typedef struct RingQueue RingQueue;
+
+/*
+ * A lane: the ready jobs of one (queue, priority, fair key), in publication
+ * order, as a list of nodes of the shared pool.  Lanes with jobs are linked
+ * in their queue's ring for that priority; a claim takes one job per lane
+ * per turn (the first job of every key, then the second...).  Fair keys are
+ * hashed to 64 bits: a collision merges two keys' turns, nothing else.
+ */
+typedef struct RingLaneKey
+{
+	Oid			dbid;
+	int32		queue_id;
+	uint64		keyhash;		/* 0: no fair key */
+	int32		priority;
+	int32		pad;			/* zeroed: keys are hashed as bytes */
+} RingLaneKey;
+
+typedef struct RingLane
+{
+	RingLaneKey key;
+	int32		head;			/* first node, -1 when empty */
+	int32		tail;
+	int32		count;			/* ready jobs */
+	int32		running;		/* its jobs in the in-flight table */
+	int32		pinned;			/* positions open producers will push */
+	bool		linked;
+	RingQueue  *queue;
+	struct RingLane *prev;		/* ring links (shared memory has the same */
+	struct RingLane *next;		/* address in every backend) */
+} RingLane;
+
+typedef struct RingPrio
+{
+	int32		priority;
+	RingLane   *head;			/* next lane to take from; NULL when none */
+} RingPrio;
+
+typedef struct RingQueueKey
+{
+	Oid			dbid;
+	int32		queue_id;
+} RingQueueKey;
+
+struct RingQueue
+{
+	RingQueueKey key;
+	int32		nprios;
+	int32		lanes;			/* lanes of this queue in the hash */
+	int64		ready;
+	int64		running;
+	bool		table_maybe;	/* the table engine may have ready jobs */
+	uint64		table_gen;		/* bumped whenever table_maybe is set */
+	RingPrio	prios[RING_MAX_PRIOS];	/* ascending: lower runs first */
+};
+
+typedef enum RingFlightState
+{
+	RF_CLAIMING,				/* claimed by xid, not committed */
+	RF_OPEN,					/* claim committed: the token is valid */
+	RF_CLOSING					/* completed, moved or removed by xid */
+} RingFlightState;
+
+typedef struct RingFlightKey
+{
+	int64		id;
+	Oid			dbid;
+	int32		pad;
+} RingFlightKey;
+
+typedef struct RingFlight
+{
+	RingFlightKey key;
+	int64		token;
+	TimestampTz lease_until;
+	TimestampTz enqueued_at;
+	TransactionId xid;			/* owner while CLAIMING or CLOSING */
+	ItemPointerData tid;
+	uint16		slot;
+	uint8		state;
+	int32		attempt;
+	int32		queue_id;
+	RingLane   *lane;			/* its running count is one of this entry */
+} RingFlight;
+
+typedef struct RingSlot
+{
+	int64		open;			/* committed jobs not finished */
+	int64		appended;		/* body rows since it was last empty */
+	int32		writers;		/* transactions that may still write to it */
+	bool		sealed;			/* no longer current */
+	bool		clean;			/* empty (truncated, committed), not in use */
+	bool		truncating;
+} RingSlot;
+
+/* one database's ring */
+typedef struct RingDb
+{
+	Oid			dbid;			/* InvalidOid: free */
+	Oid			incarnation;	/* pgjq.ring_body_0's OID when built */
+	bool		ready;			/* state matches the tables */
+	int			cur_slot;
+	RingSlot	slots[RING_NSLOTS];
+	int64		truncations;
+	int64		rebuilds;
+} RingDb;
+
+typedef struct RingShared
+{
+	LWLock	   *lock;
+	int64		count;			/* ready positions, all databases */
+	int64		reserved;		/* node room reserved by open producers */
+	int64		held;			/* CLAIMING entries (they return on abort) */
+	int32		free_head;
+	int32		ndbs;
+	RingDb	   *dbs;			/* [ndbs], after the nodes */
+	RingNode	nodes[FLEXIBLE_ARRAY_MEMBER];
+} RingShared;
+
+extern RingShared *ring;
+extern HTAB *ring_flights;
+extern HTAB *ring_lanes;
+extern HTAB *ring_queues;
+
+/* ring_shmem.c: lanes and queues (caller holds ring->lock) */
+extern RingQueue *ring_queue_get(int32 queue_id, bool create);
+extern RingLane *ring_lane_get(const RingLaneKey *key, RingQueue *q);
+extern bool ring_prio_room(RingQueue *q, int32 priority);
+extern void ring_lane_settle(RingLane *l);
+extern void ring_lane_push_back(RingLane *l, const RingPos *p);
+extern void ring_lane_push_front(RingLane *l, const RingPos *p);
+extern void ring_lane_pop_front(RingLane *l, RingPos *p);
+extern bool ring_lane_remove(RingLane *l, int64 id, RingPos *p);
+extern RingLane *ring_next_lane(RingQueue *q);
+extern void ring_lane_key(RingLaneKey *k, int32 queue_id, int32 priority, const char *fair_key,
+						  int keylen);
+extern RingFlight *ring_flight_find(int64 id);
+extern RingFlight *ring_flight_enter(int64 id);
+extern void ring_flight_remove(int64 id);
+extern void ring_clear_db(RingDb *db);
+
+/* ring_shmem.c: this database's record (lock held), created if missing */
+extern RingDb *ring_db(void);
+extern RingDb *ring_db_find(void);	/* never allocates: any lock mode */
+
+/* ring_shmem.c: transaction-local state */
+typedef struct RingPendingEnq
+{
+	RingPos		p;
+	RingLane   *lane;			/* pinned */
+	int			level;
+} RingPendingEnq;
+
+typedef struct RingPendingId
+{
+	int64		id;
+	int			level;
+	bool		was_claiming;	/* a close of this transaction's own claim */
+} RingPendingId;
+
+extern void ring_note_enqueued(const RingPos *p, RingLane *lane);
+extern void ring_reserve_local(int nenq, int nclaim, int nclose);
+extern void ring_note_claimed(int64 id);
+extern void ring_note_closed(int64 id, bool was_claiming);
+extern bool ring_note_writer(int slot);
+extern bool ring_writing(void);
+extern void ring_note_truncating(int slot);
+extern bool ring_truncating(void);
+extern void ring_note_table_touch(int32 queue_id, bool at_commit_only);
+
+#endif							/* PGJQ_RING_INTERNAL_H */

@@ -1,0 +1,947 @@
+/*-------------------------------------------------------------------------
+ *
+ * ring_shmem.c
+ *	  The ring engine's shared memory: per-database records with the ring's
+ *	  slots, per-queue records with a round-robin ring of lanes for each
+ *	  priority, the lanes (ready positions as lists of a bounded node pool)
+ *	  and the in-flight table; and the transaction callbacks that move jobs
+ *	  between them when a transaction commits or aborts.
+ *
+ * Bounds (settings, all PGC_POSTMASTER): pgjq.ring_positions nodes (ready
+ * jobs plus those being enqueued or claimed), pgjq.ring_max_in_flight
+ * running jobs, pgjq.ring_max_lanes lanes, pgjq.ring_max_queues queues with
+ * ready or running ring jobs, pgjq.max_databases databases.  A call that
+ * would need more fails with 53000 or 54000 and a hint naming the setting;
+ * nothing is lost and nothing half-done (the call's transaction aborts).
+ *
+ * Locking: see ring_internal.h.  The commit callback publishes positions
+ * before wait.c wakes waiting claims (it does so after the commit
+ * callbacks, in its resource-release callback), so a woken claim finds them.
+ * PREPARE TRANSACTION of a transaction with ring work is refused (0A000):
+ * its commit would run in another session, which would not publish.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ring_internal.h"
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/shmem.h"
+#include "utils/memutils.h"
+
+RingShared *ring = NULL;
+HTAB	   *ring_flights = NULL;
+HTAB	   *ring_lanes = NULL;
+HTAB	   *ring_queues = NULL;
+
+static Size
+nodes_size(void)
+{
+	return MAXALIGN(add_size(offsetof(RingShared, nodes),
+							 mul_size(pgjq_ring_positions, sizeof(RingNode))));
+}
+
+static Size
+struct_size(void)
+{
+	return add_size(nodes_size(), mul_size(pgjq_max_databases, sizeof(RingDb)));
+}
+
+Size
+pgjq_ring_shmem_size(void)
+{
+	Size		s = struct_size();
+
+	s = add_size(s, hash_estimate_size(pgjq_ring_max_in_flight, sizeof(RingFlight)));
+	s = add_size(s, hash_estimate_size(pgjq_ring_max_lanes, sizeof(RingLane)));
+	s = add_size(s, hash_estimate_size(pgjq_ring_max_queues, sizeof(RingQueue)));
+	return s;
+}
+
+/* Called by shmem.c's startup hook, holding AddinShmemInitLock. */
+void
+pgjq_ring_shmem_init(bool found_unused)
+{
+	bool		found;
+	HASHCTL		info;
+
+	ring = ShmemInitStruct("pgjq ring", struct_size(), &found);
+	if (!found)
+	{
+		memset(ring, 0, offsetof(RingShared, nodes));
+		ring->lock = &(GetNamedLWLockTranche("pgjq"))[4].lock;
+		for (int i = 0; i < pgjq_ring_positions; i++)
+			ring->nodes[i].next = (i + 1 < pgjq_ring_positions) ? i + 1 : -1;
+		ring->free_head = pgjq_ring_positions > 0 ? 0 : -1;
+		ring->ndbs = pgjq_max_databases;
+		ring->dbs = (RingDb *) ((char *) ring + nodes_size());
+		memset(ring->dbs, 0, sizeof(RingDb) * ring->ndbs);
+	}
+	/* hard bounds: a full table refuses the call that needs an entry */
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(RingFlightKey);
+	info.entrysize = sizeof(RingFlight);
+	ring_flights = ShmemInitHash("pgjq ring in-flight", pgjq_ring_max_in_flight,
+								 pgjq_ring_max_in_flight, &info,
+								 HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(RingLaneKey);
+	info.entrysize = sizeof(RingLane);
+	ring_lanes = ShmemInitHash("pgjq ring lanes", pgjq_ring_max_lanes, pgjq_ring_max_lanes,
+							   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(RingQueueKey);
+	info.entrysize = sizeof(RingQueue);
+	ring_queues = ShmemInitHash("pgjq ring queues", pgjq_ring_max_queues, pgjq_ring_max_queues,
+								&info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+}
+
+void
+pgjq_ring_require(void)
+{
+	if (ring == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the ring engine needs pgjq in shared_preload_libraries"),
+				 errhint("Add pgjq to shared_preload_libraries and restart the server, or create the queue with pgjq.engine = 'table'.")));
+}
+
+/* ---------------------------------------------------------------------
+ * databases, queues, lanes (every function: the caller holds ring->lock)
+ * --------------------------------------------------------------------- */
+
+/* This database's record, or NULL (lock held in either mode). */
+RingDb *
+ring_db_find(void)
+{
+	for (int i = 0; i < ring->ndbs; i++)
+		if (ring->dbs[i].dbid == MyDatabaseId)
+			return &ring->dbs[i];
+	return NULL;
+}
+
+/* This database's record, taking a free one if needed; NULL when full. */
+RingDb *
+ring_db(void)
+{
+	RingDb	   *free_db = NULL;
+
+	for (int i = 0; i < ring->ndbs; i++)
+	{
+		if (ring->dbs[i].dbid == MyDatabaseId)
+			return &ring->dbs[i];
+		if (ring->dbs[i].dbid == InvalidOid && free_db == NULL)
+			free_db = &ring->dbs[i];
+	}
+	if (free_db != NULL)
+	{
+		memset(free_db, 0, sizeof(RingDb));
+		free_db->dbid = MyDatabaseId;
+	}
+	return free_db;
+}
+
+/*
+ * Forget everything of this database (before a rebuild, or when the
+ * extension was dropped and created again): its lanes, queues and in-flight
+ * entries, and the node room they held.
+ */
+void
+ring_clear_db(RingDb *db)
+{
+	HASH_SEQ_STATUS hs;
+	RingFlight *f;
+	RingLane   *l;
+	RingQueue  *q;
+
+	hash_seq_init(&hs, ring_flights);
+	while ((f = hash_seq_search(&hs)) != NULL)
+		if (f->key.dbid == db->dbid)
+		{
+			if (f->state == RF_CLAIMING)
+				ring->held--;
+			hash_search(ring_flights, &f->key, HASH_REMOVE, NULL);
+		}
+	hash_seq_init(&hs, ring_lanes);
+	while ((l = hash_seq_search(&hs)) != NULL)
+		if (l->key.dbid == db->dbid)
+		{
+			RingPos		p;
+
+			while (l->count > 0)
+				ring_lane_pop_front(l, &p);
+			hash_search(ring_lanes, &l->key, HASH_REMOVE, NULL);
+		}
+	hash_seq_init(&hs, ring_queues);
+	while ((q = hash_seq_search(&hs)) != NULL)
+		if (q->key.dbid == db->dbid)
+			hash_search(ring_queues, &q->key, HASH_REMOVE, NULL);
+	db->ready = false;
+}
+
+/*
+ * A queue's record, made if missing with create (NULL when the table is
+ * full).  A new record assumes the table engine may have ready jobs.
+ */
+RingQueue *
+ring_queue_get(int32 queue_id, bool create)
+{
+	RingQueueKey key;
+	bool		found;
+	RingQueue  *q;
+
+	memset(&key, 0, sizeof(key));
+	key.dbid = MyDatabaseId;
+	key.queue_id = queue_id;
+	q = hash_search(ring_queues, &key, create ? HASH_ENTER_NULL : HASH_FIND, &found);
+	if (q != NULL && !found)
+	{
+		q->nprios = 0;
+		q->lanes = 0;
+		q->ready = q->running = 0;
+		q->table_maybe = true;
+		q->table_gen = 1;
+	}
+	return q;
+}
+
+static RingPrio *
+prio_of(RingQueue *q, int32 priority)
+{
+	for (int i = 0; i < q->nprios; i++)
+		if (q->prios[i].priority == priority)
+			return &q->prios[i];
+	return NULL;
+}
+
+/* Is there a ring for the priority, or room for one? (made if missing) */
+bool
+ring_prio_room(RingQueue *q, int32 priority)
+{
+	int			i;
+
+	for (i = 0; i < q->nprios; i++)
+	{
+		if (q->prios[i].priority == priority)
+			return true;
+		if (q->prios[i].priority > priority)
+			break;
+	}
+	if (q->nprios >= RING_MAX_PRIOS)
+	{
+		/* a priority ring without lanes can go */
+		int			k;
+
+		for (k = 0; k < q->nprios; k++)
+			if (q->prios[k].head == NULL)
+				break;
+		if (k == q->nprios)
+			return false;
+		memmove(&q->prios[k], &q->prios[k + 1], sizeof(RingPrio) * (q->nprios - k - 1));
+		q->nprios--;
+		if (k < i)
+			i--;
+	}
+	memmove(&q->prios[i + 1], &q->prios[i], sizeof(RingPrio) * (q->nprios - i));
+	q->prios[i].priority = priority;
+	q->prios[i].head = NULL;
+	q->nprios++;
+	return true;
+}
+
+static void
+lane_link(RingLane *l)
+{
+	RingPrio   *r = prio_of(l->queue, l->key.priority);
+
+	Assert(r != NULL);
+	if (r->head == NULL)
+	{
+		l->next = l->prev = l;
+		r->head = l;
+	}
+	else
+	{
+		/* at the tail: it waits for its turn behind the others */
+		RingLane   *h = r->head;
+
+		l->next = h;
+		l->prev = h->prev;
+		h->prev->next = l;
+		h->prev = l;
+	}
+	l->linked = true;
+}
+
+static void
+lane_unlink(RingLane *l)
+{
+	RingPrio   *r = prio_of(l->queue, l->key.priority);
+
+	if (l->next == l)
+		r->head = NULL;
+	else
+	{
+		l->prev->next = l->next;
+		l->next->prev = l->prev;
+		if (r->head == l)
+			r->head = l->next;
+	}
+	l->next = l->prev = NULL;
+	l->linked = false;
+}
+
+/*
+ * After a lane's counts changed: linked exactly when it has ready jobs,
+ * dropped when nothing refers to it any more.  A priority whose lanes must
+ * stay linked keeps its ring (ring_prio_room made it before the first push).
+ */
+void
+ring_lane_settle(RingLane *l)
+{
+	bool		want = l->count > 0;
+
+	if (want && !l->linked)
+		lane_link(l);
+	else if (!want && l->linked)
+		lane_unlink(l);
+	if (!l->linked && l->count == 0 && l->running == 0 && l->pinned == 0)
+	{
+		l->queue->lanes--;
+		hash_search(ring_lanes, &l->key, HASH_REMOVE, NULL);
+	}
+}
+
+/* The lane of a key, made if missing (NULL when pgjq.ring_max_lanes are used). */
+RingLane *
+ring_lane_get(const RingLaneKey *key, RingQueue *q)
+{
+	bool		found;
+	RingLane   *l = hash_search(ring_lanes, key, HASH_ENTER_NULL, &found);
+
+	if (l != NULL && !found)
+	{
+		l->head = l->tail = -1;
+		l->count = l->running = l->pinned = 0;
+		l->linked = false;
+		l->prev = l->next = NULL;
+		l->queue = q;
+		q->lanes++;
+	}
+	return l;
+}
+
+/* node room is reserved by the callers: these never fail */
+void
+ring_lane_push_back(RingLane *l, const RingPos *p)
+{
+	int32		n = ring->free_head;
+
+	Assert(n >= 0);
+	ring->free_head = ring->nodes[n].next;
+	ring->nodes[n].p = *p;
+	ring->nodes[n].next = -1;
+	if (l->tail >= 0)
+		ring->nodes[l->tail].next = n;
+	else
+		l->head = n;
+	l->tail = n;
+	l->count++;
+	l->queue->ready++;
+	ring->count++;
+}
+
+void
+ring_lane_push_front(RingLane *l, const RingPos *p)
+{
+	int32		n = ring->free_head;
+
+	Assert(n >= 0);
+	ring->free_head = ring->nodes[n].next;
+	ring->nodes[n].p = *p;
+	ring->nodes[n].next = l->head;
+	l->head = n;
+	if (l->tail < 0)
+		l->tail = n;
+	l->count++;
+	l->queue->ready++;
+	ring->count++;
+}
+
+void
+ring_lane_pop_front(RingLane *l, RingPos *p)
+{
+	int32		n = l->head;
+
+	*p = ring->nodes[n].p;
+	l->head = ring->nodes[n].next;
+	if (l->head < 0)
+		l->tail = -1;
+	ring->nodes[n].next = ring->free_head;
+	ring->free_head = n;
+	l->count--;
+	l->queue->ready--;
+	ring->count--;
+}
+
+/* Take the job out of the lane wherever it is (O(lane length)). */
+bool
+ring_lane_remove(RingLane *l, int64 id, RingPos *p)
+{
+	int32		prev = -1;
+
+	for (int32 n = l->head; n >= 0; prev = n, n = ring->nodes[n].next)
+	{
+		if (ring->nodes[n].p.id != id)
+			continue;
+		*p = ring->nodes[n].p;
+		if (prev < 0)
+			l->head = ring->nodes[n].next;
+		else
+			ring->nodes[prev].next = ring->nodes[n].next;
+		if (l->tail == n)
+			l->tail = prev;
+		ring->nodes[n].next = ring->free_head;
+		ring->free_head = n;
+		l->count--;
+		l->queue->ready--;
+		ring->count--;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * The lane a claim takes its next job from: the head of the most urgent
+ * priority's ring, which then turns to the next lane.  NULL when the queue
+ * has no ready job.
+ */
+RingLane *
+ring_next_lane(RingQueue *q)
+{
+	for (int i = 0; i < q->nprios; i++)
+	{
+		RingLane   *l = q->prios[i].head;
+
+		if (l != NULL)
+		{
+			q->prios[i].head = l->next;
+			return l;
+		}
+	}
+	return NULL;
+}
+
+void
+ring_lane_key(RingLaneKey *k, int32 queue_id, int32 priority, const char *fair_key, int keylen)
+{
+	memset(k, 0, sizeof(RingLaneKey));
+	k->dbid = MyDatabaseId;
+	k->queue_id = queue_id;
+	k->priority = priority;
+	if (fair_key != NULL && keylen > 0)
+	{
+		k->keyhash = hash_bytes_extended((const unsigned char *) fair_key, keylen, 0);
+		if (k->keyhash == 0)
+			k->keyhash = 1;
+	}
+}
+
+RingFlight *
+ring_flight_find(int64 id)
+{
+	RingFlightKey key;
+
+	memset(&key, 0, sizeof(key));
+	key.id = id;
+	key.dbid = MyDatabaseId;
+	return hash_search(ring_flights, &key, HASH_FIND, NULL);
+}
+
+/* A new entry (NULL when pgjq.ring_max_in_flight are in use). */
+RingFlight *
+ring_flight_enter(int64 id)
+{
+	RingFlightKey key;
+	bool		found;
+	RingFlight *f;
+
+	memset(&key, 0, sizeof(key));
+	key.id = id;
+	key.dbid = MyDatabaseId;
+	f = hash_search(ring_flights, &key, HASH_ENTER_NULL, &found);
+	Assert(f == NULL || !found);
+	return f;
+}
+
+void
+ring_flight_remove(int64 id)
+{
+	RingFlightKey key;
+
+	memset(&key, 0, sizeof(key));
+	key.id = id;
+	key.dbid = MyDatabaseId;
+	hash_search(ring_flights, &key, HASH_REMOVE, NULL);
+}
+
+/* ---------------------------------------------------------------------
+ * transaction-local state and the callbacks
+ * --------------------------------------------------------------------- */
+static RingPendingEnq *p_enq = NULL;
+static int	n_enq = 0,
+			max_enq = 0;
+static RingPendingId *p_claim = NULL;
+static int	n_claim = 0,
+			max_claim = 0;
+static RingPendingId *p_close = NULL;
+static int	n_close = 0,
+			max_close = 0;
+
+/* queues whose table_maybe flag this transaction sets when it ends */
+typedef struct TableTouch
+{
+	int32		queue_id;
+	bool		at_commit_only;
+	int			level;
+} TableTouch;
+static TableTouch *p_touch = NULL;
+static int	n_touch = 0,
+			max_touch = 0;
+
+static bool my_writer[RING_NSLOTS];
+static bool any_writer = false;
+static int64 my_reserved = 0;
+static int	my_truncating = -1;
+static int	my_truncating_level = 0;
+
+static void *
+grow(void *arr, int *max, int need, Size elem)
+{
+	int			newmax = *max == 0 ? 64 : *max;
+
+	if (need <= *max)
+		return arr;
+	while (newmax < need)
+		newmax *= 2;
+	arr = arr == NULL ? MemoryContextAlloc(TopMemoryContext, newmax * elem)
+		: repalloc(arr, newmax * elem);
+	*max = newmax;
+	return arr;
+}
+
+/* Room for so many more local records, before anything shared moves. */
+void
+ring_reserve_local(int nenq, int nclaim, int nclose)
+{
+	p_enq = grow(p_enq, &max_enq, n_enq + nenq, sizeof(RingPendingEnq));
+	p_claim = grow(p_claim, &max_claim, n_claim + nclaim, sizeof(RingPendingId));
+	p_close = grow(p_close, &max_close, n_close + nclose, sizeof(RingPendingId));
+}
+
+/* a committed enqueue pushes p to the pinned lane (one reserved node) */
+void
+ring_note_enqueued(const RingPos *p, RingLane *lane)
+{
+	Assert(n_enq < max_enq);
+	p_enq[n_enq].p = *p;
+	p_enq[n_enq].lane = lane;
+	p_enq[n_enq].level = GetCurrentTransactionNestLevel();
+	n_enq++;
+	my_reserved++;
+}
+
+void
+ring_note_claimed(int64 id)
+{
+	Assert(n_claim < max_claim);
+	p_claim[n_claim].id = id;
+	p_claim[n_claim].level = GetCurrentTransactionNestLevel();
+	p_claim[n_claim].was_claiming = false;
+	n_claim++;
+}
+
+void
+ring_note_closed(int64 id, bool was_claiming)
+{
+	Assert(n_close < max_close);
+	p_close[n_close].id = id;
+	p_close[n_close].level = GetCurrentTransactionNestLevel();
+	p_close[n_close].was_claiming = was_claiming;
+	n_close++;
+}
+
+/*
+ * This transaction writes to the slot, which is not truncated before it
+ * ends; true the first time (the caller counts it as a writer).
+ */
+bool
+ring_note_writer(int slot)
+{
+	if (my_writer[slot])
+		return false;
+	my_writer[slot] = true;
+	any_writer = true;
+	return true;
+}
+
+bool
+ring_writing(void)
+{
+	return any_writer;
+}
+
+void
+ring_note_truncating(int slot)
+{
+	my_truncating = slot;
+	my_truncating_level = GetCurrentTransactionNestLevel();
+}
+
+bool
+ring_truncating(void)
+{
+	return my_truncating >= 0;
+}
+
+/*
+ * The table engine may have ready jobs of the queue once this transaction
+ * ends (at_commit_only: once it commits): claims must look there again.
+ */
+void
+ring_note_table_touch(int32 queue_id, bool at_commit_only)
+{
+	for (int i = 0; i < n_touch; i++)
+		if (p_touch[i].queue_id == queue_id && p_touch[i].at_commit_only == at_commit_only)
+			return;
+	p_touch = grow(p_touch, &max_touch, n_touch + 1, sizeof(TableTouch));
+	p_touch[n_touch].queue_id = queue_id;
+	p_touch[n_touch].at_commit_only = at_commit_only;
+	p_touch[n_touch].level = GetCurrentTransactionNestLevel();
+	n_touch++;
+}
+
+static void
+reset_local(void)
+{
+	n_enq = n_claim = n_close = n_touch = 0;
+	if (any_writer)
+		memset(my_writer, 0, sizeof(my_writer));
+	any_writer = false;
+	my_reserved = 0;
+	my_truncating = -1;
+}
+
+static bool
+has_pending(void)
+{
+	return n_enq > 0 || n_claim > 0 || n_close > 0 || n_touch > 0 || any_writer ||
+		my_truncating >= 0;
+}
+
+/* lock held: set the table flag of the touched queues (commit or not) */
+static void
+touch_tables(bool commit, int from)
+{
+	for (int i = 0; i < n_touch; i++)
+	{
+		RingQueue  *q;
+
+		if (p_touch[i].level < from || (!commit && p_touch[i].at_commit_only))
+			continue;
+		q = ring_queue_get(p_touch[i].queue_id, false);
+		if (q != NULL)
+		{
+			/* a missing record starts with the flag set */
+			q->table_maybe = true;
+			q->table_gen++;
+		}
+	}
+}
+
+/*
+ * Does a queue this transaction touched have a ring record?  (A queue
+ * without one needs nothing: a new record starts with table_maybe set.)
+ */
+static bool
+touches_ring_queue(void)
+{
+	bool		any = false;
+
+	LWLockAcquire(ring->lock, LW_SHARED);
+	for (int i = 0; i < n_touch && !any; i++)
+		any = ring_queue_get(p_touch[i].queue_id, false) != NULL;
+	LWLockRelease(ring->lock);
+	return any;
+}
+
+/* lock held: give back claims with level >= from, newest first */
+static void
+undo_claims(int from)
+{
+	int			keep = 0;
+
+	for (int i = n_claim - 1; i >= 0; i--)
+	{
+		RingFlight *f;
+		RingLane   *l;
+		RingPos		p;
+
+		if (p_claim[i].level < from)
+			continue;
+		f = ring_flight_find(p_claim[i].id);
+		if (f == NULL || f->state != RF_CLAIMING)
+			continue;			/* cannot happen; never fail here */
+		p.id = f->key.id;
+		p.tid = f->tid;
+		p.slot = f->slot;
+		l = f->lane;
+		/* the node of the claim went back to the pool: there is room */
+		ring_lane_push_front(l, &p);
+		l->running--;
+		l->queue->running--;
+		ring_lane_settle(l);
+		ring_flight_remove(p_claim[i].id);
+		ring->held--;
+	}
+	for (int i = 0; i < n_claim; i++)
+		if (p_claim[i].level < from)
+			p_claim[keep++] = p_claim[i];
+	n_claim = keep;
+}
+
+/* lock held: reopen closes with level >= from */
+static void
+undo_closes(int from)
+{
+	int			keep = 0;
+
+	for (int i = 0; i < n_close; i++)
+	{
+		RingFlight *f;
+
+		if (p_close[i].level < from)
+		{
+			p_close[keep++] = p_close[i];
+			continue;
+		}
+		f = ring_flight_find(p_close[i].id);
+		if (f != NULL && f->state == RF_CLOSING)
+		{
+			if (p_close[i].was_claiming)
+				f->state = RF_CLAIMING; /* undo_claims sees it next */
+			else
+			{
+				f->state = RF_OPEN;
+				f->xid = InvalidTransactionId;
+			}
+		}
+	}
+	n_close = keep;
+}
+
+/* lock held: producers' positions with level >= from are never published */
+static void
+undo_enqueues(int from)
+{
+	int			keep = 0;
+
+	for (int i = 0; i < n_enq; i++)
+	{
+		if (p_enq[i].level < from)
+		{
+			p_enq[keep++] = p_enq[i];
+			continue;
+		}
+		p_enq[i].lane->pinned--;
+		ring_lane_settle(p_enq[i].lane);
+		ring->reserved--;
+		my_reserved--;
+	}
+	n_enq = keep;
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	RingDb	   *db;
+
+	if (ring == NULL || !has_pending())
+		return;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot PREPARE a transaction that enqueued, claimed or finished jobs of a ring queue"),
+					 errdetail("The ring engine publishes a transaction's jobs when it commits in the session that ran it.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			pgjq_crash_point("commit");
+			/* only table-engine jobs became ready: most often no ring queue */
+			if (n_enq == 0 && n_claim == 0 && n_close == 0 && !any_writer &&
+				my_truncating < 0 && !touches_ring_queue())
+			{
+				reset_local();
+				break;
+			}
+			LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+			db = ring_db();
+			for (int i = 0; i < n_enq; i++)
+			{
+				RingLane   *l = p_enq[i].lane;
+
+				ring_lane_push_back(l, &p_enq[i].p);
+				l->pinned--;
+				ring_lane_settle(l);
+				if (db)
+					db->slots[p_enq[i].p.slot].open++;
+			}
+			ring->reserved -= my_reserved;
+			for (int s = 0; s < RING_NSLOTS && db; s++)
+				if (my_writer[s])
+					db->slots[s].writers--;
+			for (int i = 0; i < n_claim; i++)
+			{
+				RingFlight *f = ring_flight_find(p_claim[i].id);
+
+				if (f != NULL && f->state == RF_CLAIMING)
+				{
+					f->state = RF_OPEN;
+					f->xid = InvalidTransactionId;
+					ring->held--;
+				}
+			}
+			for (int i = 0; i < n_close; i++)
+			{
+				RingFlight *f = ring_flight_find(p_close[i].id);
+
+				if (f != NULL && f->state == RF_CLOSING)
+				{
+					RingLane   *l = f->lane;
+
+					if (db)
+						db->slots[f->slot].open--;
+					l->running--;
+					l->queue->running--;
+					if (p_close[i].was_claiming)
+						ring->held--;
+					ring_flight_remove(p_close[i].id);
+					ring_lane_settle(l);
+				}
+			}
+			touch_tables(true, 0);
+			if (my_truncating >= 0 && db)
+			{
+				RingSlot   *st = &db->slots[my_truncating];
+
+				st->truncating = false;
+				st->sealed = false;
+				st->clean = true;
+				st->appended = 0;
+				db->truncations++;
+			}
+			LWLockRelease(ring->lock);
+			reset_local();
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+			db = ring_db();
+			undo_enqueues(0);
+			ring->reserved -= my_reserved;
+			for (int s = 0; s < RING_NSLOTS && db; s++)
+				if (my_writer[s])
+					db->slots[s].writers--;
+			undo_closes(0);
+			undo_claims(0);
+			touch_tables(false, 0);
+			if (my_truncating >= 0 && db)
+				db->slots[my_truncating].truncating = false;
+			LWLockRelease(ring->lock);
+			reset_local();
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+				 SubTransactionId parentSubid, void *arg)
+{
+	int			level;
+
+	if (ring == NULL || !has_pending())
+		return;
+	level = GetCurrentTransactionNestLevel();
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		int			keep = 0;
+
+		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+		undo_enqueues(level);
+		undo_closes(level);
+		undo_claims(level);
+		touch_tables(false, level);
+		for (int i = 0; i < n_touch; i++)
+			if (p_touch[i].level < level)
+				p_touch[keep++] = p_touch[i];
+		n_touch = keep;
+		if (my_truncating >= 0 && my_truncating_level >= level)
+		{
+			RingDb	   *db = ring_db();
+
+			if (db)
+				db->slots[my_truncating].truncating = false;
+			my_truncating = -1;
+		}
+		LWLockRelease(ring->lock);
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		for (int i = 0; i < n_enq; i++)
+			if (p_enq[i].level >= level)
+				p_enq[i].level = level - 1;
+		for (int i = 0; i < n_claim; i++)
+			if (p_claim[i].level >= level)
+				p_claim[i].level = level - 1;
+		for (int i = 0; i < n_close; i++)
+			if (p_close[i].level >= level)
+				p_close[i].level = level - 1;
+		for (int i = 0; i < n_touch; i++)
+			if (p_touch[i].level >= level)
+				p_touch[i].level = level - 1;
+		if (my_truncating >= 0 && my_truncating_level >= level)
+			my_truncating_level = level - 1;
+	}
+}
+
+/*
+ * The table engine made jobs of a queue ready (enqueue, promotion, retry of
+ * a dead job): for a ring queue, its claims must look there again once this
+ * transaction commits.
+ */
+static PgjqBecameReadyHook prev_became_ready_hook = NULL;
+
+static void
+became_ready(int32 queue_id, int n)
+{
+	if (prev_became_ready_hook)
+		prev_became_ready_hook(queue_id, n);
+	if (n > 0)
+		ring_note_table_touch(queue_id, true);
+}
+
+/* Called from _PG_init (preloaded only). */
+void
+pgjq_ring_startup(void)
+{
+	RegisterXactCallback(xact_callback, NULL);
+	RegisterSubXactCallback(subxact_callback, NULL);
+	prev_became_ready_hook = pgjq_became_ready_hook;
+	pgjq_became_ready_hook = became_ready;
+}

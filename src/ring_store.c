@@ -1,0 +1,2093 @@
+/*-------------------------------------------------------------------------
+ *
+ * ring_store.c
+ *	  The ring engine's durable side and its operations: bodies appended to
+ *	  the current slot (heap_insert, heap_multi_insert for batches, one btree
+ *	  on id), one ring_log row per claim call and per call that ends claims,
+ *	  bodies read back by position, slots truncated in ring order, and the
+ *	  rebuild of shared memory from the tables after a start or a crash.
+ *
+ * Slots: pgjq.ring_body_N and pgjq.ring_log_N form slot N.  Producers append
+ * to the current slot until it holds pgjq.ring_slot_rows bodies, then move to
+ * the next one if it is clean (otherwise the current slot keeps growing).
+ * Every row goes to the slot current when it is written, so a log row never
+ * refers to a body in a newer slot.  A slot is truncated, body and log
+ * together, only while it is the oldest slot in use (the one after the
+ * current slot in ring order, or the next non-clean one after it), sealed,
+ * with no unfinished job (open = 0) and no open transaction registered as
+ * its writer; then every log row in it refers to a finished job in it.  The
+ * truncating transaction holds AccessExclusiveLock on both tables (taken
+ * without waiting); the slot is clean when it commits.
+ *
+ * Versions and the rebuild: a job's claim is the largest token logged for
+ * its id ('c' rows, and every closing row, which implies its claim) that is
+ * above the after_token of the job's newest body.  No such claim: ready.
+ * That claim closed ('d', 'm' or 'x'): finished.  Otherwise in flight until
+ * the lease of its 'c' row: a job leased before a crash is not handed to
+ * anyone else before that lease ends.  The rebuild scans the live slots in
+ * full (about 1.5 microseconds per live body row, bench/spike/README.md) at
+ * the first ring call of a database after a start, under ExclusiveLock on
+ * pgjq.ring_log_0 so that concurrent first calls wait for it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "ring_internal.h"
+#include "storage_internal.h"
+#include "limits.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/index.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/tuptable.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/execnodes.h"
+#include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#define MULTI_CHUNK 1000		/* heap_multi_insert batch, as COPY uses */
+
+/* columns of a body (sql/pgjq.sql) */
+#define B_ID		1
+#define B_AFTER		2
+#define B_QUEUE		3
+#define B_ENQUEUED	4
+#define B_ATTEMPT	5
+#define B_MAX		6
+#define B_PRIORITY	7
+#define B_FAIRKEY	8
+#define B_PAYLOAD	9
+#define B_NATTS		9
+
+/* relation OIDs of this database, looked up once per backend and database */
+static Oid	cached_db = InvalidOid;
+static Oid	body_oid[RING_NSLOTS];
+static Oid	log_oid[RING_NSLOTS];
+static Oid	jobseq_oid,
+			tokseq_oid;
+
+static void
+lookup_oids(void)
+{
+	char		name[NAMEDATALEN];
+
+	for (int i = 0; i < RING_NSLOTS; i++)
+	{
+		snprintf(name, sizeof(name), "ring_body_%d", i);
+		body_oid[i] = pgjq_relation(name);
+		snprintf(name, sizeof(name), "ring_log_%d", i);
+		log_oid[i] = pgjq_relation(name);
+		if (!OidIsValid(body_oid[i]) || !OidIsValid(log_oid[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_TABLE),
+					 errmsg("the tables of pgjq's ring engine are missing"),
+					 errhint("Update the extension: ALTER EXTENSION pgjq UPDATE.")));
+	}
+	jobseq_oid = pgjq_relation("job_id_seq");
+	tokseq_oid = pgjq_relation("token_seq");
+	cached_db = MyDatabaseId;
+}
+
+static void rebuild(void);
+
+/* Are all ring tables of this database empty? */
+static bool
+rings_empty(void)
+{
+	for (int s = 0; s < RING_NSLOTS; s++)
+	{
+		Relation	b = RelationIdGetRelation(body_oid[s]);
+		Relation	l = RelationIdGetRelation(log_oid[s]);
+		bool		empty = RelationIsValid(b) && RelationIsValid(l) &&
+		RelationGetNumberOfBlocks(b) == 0 && RelationGetNumberOfBlocks(l) == 0;
+
+		if (RelationIsValid(b))
+			RelationClose(b);
+		if (RelationIsValid(l))
+			RelationClose(l);
+		if (!empty)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Free the records of databases that no longer exist (pg_database is a
+ * shared catalog, read without the lock).  A dropped database does not come
+ * back; should its OID be reused, the new database's ring_body_0 has another
+ * OID, so its first call would rebuild anyway.
+ */
+static void
+forget_gone_databases(void)
+{
+	Oid		   *dbids = palloc(sizeof(Oid) * ring->ndbs);
+	bool	   *gone = palloc0(sizeof(bool) * ring->ndbs);
+
+	LWLockAcquire(ring->lock, LW_SHARED);
+	for (int i = 0; i < ring->ndbs; i++)
+		dbids[i] = ring->dbs[i].dbid;
+	LWLockRelease(ring->lock);
+	for (int i = 0; i < ring->ndbs; i++)
+		gone[i] = OidIsValid(dbids[i]) &&
+			!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dbids[i]));
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < ring->ndbs; i++)
+		if (gone[i] && ring->dbs[i].dbid == dbids[i])
+		{
+			ring_clear_db(&ring->dbs[i]);
+			memset(&ring->dbs[i], 0, sizeof(RingDb));
+		}
+	LWLockRelease(ring->lock);
+}
+
+/*
+ * Before any ring operation: shared memory exists, this database has a
+ * record, and it matches the tables (rebuilt at the first call after a
+ * start, or when the extension was created again).  Returns false when
+ * the ring cannot hold jobs here: reads during recovery (the ring's state
+ * is not kept on a standby), or a schema without the ring's tables.
+ */
+static bool
+ensure_ready(bool must)
+{
+	RingDb	   *db;
+	bool		ok;
+
+	pgjq_ring_require();
+	/* a standby keeps no ring state; writes fail as read-only anyway */
+	if (RecoveryInProgress())
+		return false;
+	/* the OIDs change when the extension is dropped and created again */
+	if (cached_db != MyDatabaseId || pgjq_relation("ring_body_0") != body_oid[0])
+	{
+		/* a 0.1.0 schema under this library: no ring in this database */
+		if (!OidIsValid(pgjq_relation("ring_body_0")))
+		{
+			if (must)
+				lookup_oids();	/* raises */
+			return false;
+		}
+		lookup_oids();
+	}
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	db = ring_db();
+	LWLockRelease(ring->lock);
+	if (db == NULL)
+	{
+		/* free the records of databases that were dropped, then look again */
+		forget_gone_databases();
+		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+		db = ring_db();
+		LWLockRelease(ring->lock);
+	}
+	if (db == NULL)
+	{
+		/* no record to spare: fine as long as this database has no ring job */
+		if (!must && rings_empty())
+			return false;
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("pgjq's ring engine serves at most %d databases", ring->ndbs),
+				 errhint("Raise pgjq.max_databases and restart the server.")));
+	}
+	LWLockAcquire(ring->lock, LW_SHARED);
+	ok = db->ready && db->incarnation == body_oid[0];
+	LWLockRelease(ring->lock);
+	if (ok)
+		return true;
+
+	/*
+	 * The first call after a start rebuilds; concurrent first calls wait for
+	 * it on this lock, which nothing else takes in this mode, and then find
+	 * the state ready.  No transaction has ring work in this database now:
+	 * every ring call comes through here first.
+	 */
+	LockRelationOid(log_oid[0], ExclusiveLock);
+	LWLockAcquire(ring->lock, LW_SHARED);
+	db = ring_db_find();
+	ok = db != NULL && db->ready && db->incarnation == body_oid[0];
+	LWLockRelease(ring->lock);
+	if (!ok)
+		rebuild();
+	UnlockRelationOid(log_oid[0], ExclusiveLock);
+	return true;
+}
+
+/* ---------------------------------------------------------------------
+ * slots
+ * --------------------------------------------------------------------- */
+
+/*
+ * The slot to write to now, registering this transaction as its writer (so
+ * it is not truncated before the transaction ends).  Appending bodies move
+ * producers to the next slot once the current one is full and the next one
+ * is clean; otherwise the current slot keeps growing.
+ */
+static int
+slot_for_write(int appending)
+{
+	RingDb	   *db;
+	int			s;
+
+	/* the xid before the lock: assigning one may do I/O */
+	(void) GetTopTransactionId();
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	db = ring_db();
+	s = db->cur_slot;
+	if (appending > 0 && db->slots[s].appended >= pgjq_ring_slot_rows)
+	{
+		int			nx = (s + 1) % RING_NSLOTS;
+
+		if (db->slots[nx].clean)
+		{
+			db->slots[s].sealed = true;
+			db->slots[nx].clean = false;
+			db->cur_slot = nx;
+			s = nx;
+		}
+	}
+	db->slots[s].appended += appending;
+	if (ring_note_writer(s))
+		db->slots[s].writers++;
+	LWLockRelease(ring->lock);
+	return s;
+}
+
+/*
+ * Truncate the oldest slot in use if it is sealed and all its jobs are
+ * finished, in the caller's transaction (one per transaction).  Never waits
+ * for a lock: a slot someone still reads is tried again by a later call.
+ */
+static void
+maybe_truncate(void)
+{
+	RingDb	   *db;
+	int			s = -1;
+	char		sql[96];
+
+	if (ring_truncating())
+		return;
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	db = ring_db();
+	for (int k = 1; k < RING_NSLOTS; k++)
+	{
+		int			c = (db->cur_slot + k) % RING_NSLOTS;
+
+		if (db->slots[c].clean)
+			continue;
+		/* the oldest in use: truncatable or nothing is */
+		if (db->slots[c].sealed && db->slots[c].open == 0 && db->slots[c].writers == 0 &&
+			!db->slots[c].truncating)
+		{
+			db->slots[c].truncating = true;
+			s = c;
+		}
+		break;
+	}
+	LWLockRelease(ring->lock);
+	if (s < 0)
+		return;
+	/* from here the abort callback clears the flag */
+	ring_note_truncating(s);
+	if (!ConditionalLockRelationOid(body_oid[s], AccessExclusiveLock) ||
+		!ConditionalLockRelationOid(log_oid[s], AccessExclusiveLock))
+	{
+		/* the lock taken is kept to the end of the transaction: harmless */
+		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+		ring_db()->slots[s].truncating = false;
+		LWLockRelease(ring->lock);
+		ring_note_truncating(-1);
+		return;
+	}
+	/* rare (once per slot): the catalog work is TRUNCATE's */
+	snprintf(sql, sizeof(sql), "TRUNCATE pgjq.ring_body_%d, pgjq.ring_log_%d", s, s);
+	pgjq_spi_exec_utility(sql);
+}
+
+/* ---------------------------------------------------------------------
+ * rows
+ * --------------------------------------------------------------------- */
+typedef struct BodyRow
+{
+	int64		id;
+	int64		after;
+	int32		queue_id;
+	TimestampTz enqueued_at;
+	int32		attempt;
+	int32		max_attempts;
+	int16		priority;
+	Datum		fair_key;		/* text or 0 */
+	Datum		payload;
+} BodyRow;
+
+static void
+body_values(const BodyRow *b, Datum *values, bool *nulls)
+{
+	values[B_ID - 1] = Int64GetDatum(b->id);
+	nulls[B_ID - 1] = false;
+	values[B_AFTER - 1] = Int64GetDatum(b->after);
+	nulls[B_AFTER - 1] = b->after == 0;
+	values[B_QUEUE - 1] = Int32GetDatum(b->queue_id);
+	nulls[B_QUEUE - 1] = false;
+	values[B_ENQUEUED - 1] = TimestampTzGetDatum(b->enqueued_at);
+	nulls[B_ENQUEUED - 1] = false;
+	values[B_ATTEMPT - 1] = Int32GetDatum(b->attempt);
+	nulls[B_ATTEMPT - 1] = b->attempt == 1;
+	values[B_MAX - 1] = Int32GetDatum(b->max_attempts);
+	nulls[B_MAX - 1] = false;
+	values[B_PRIORITY - 1] = Int16GetDatum(b->priority);
+	nulls[B_PRIORITY - 1] = b->priority == 0;
+	values[B_FAIRKEY - 1] = b->fair_key;
+	nulls[B_FAIRKEY - 1] = b->fair_key == (Datum) 0;
+	values[B_PAYLOAD - 1] = b->payload;
+	nulls[B_PAYLOAD - 1] = false;
+}
+
+/* A body row's fields; payload and key detoasted copies in the current context. */
+static void
+body_read(HeapTuple tup, TupleDesc desc, BodyRow *b)
+{
+	bool		isnull;
+	Datum		d;
+
+	b->id = DatumGetInt64(heap_getattr(tup, B_ID, desc, &isnull));
+	d = heap_getattr(tup, B_AFTER, desc, &isnull);
+	b->after = isnull ? 0 : DatumGetInt64(d);
+	b->queue_id = DatumGetInt32(heap_getattr(tup, B_QUEUE, desc, &isnull));
+	b->enqueued_at = DatumGetTimestampTz(heap_getattr(tup, B_ENQUEUED, desc, &isnull));
+	d = heap_getattr(tup, B_ATTEMPT, desc, &isnull);
+	b->attempt = isnull ? 1 : DatumGetInt32(d);
+	b->max_attempts = DatumGetInt32(heap_getattr(tup, B_MAX, desc, &isnull));
+	d = heap_getattr(tup, B_PRIORITY, desc, &isnull);
+	b->priority = isnull ? 0 : DatumGetInt16(d);
+	d = heap_getattr(tup, B_FAIRKEY, desc, &isnull);
+	b->fair_key = isnull ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
+	b->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(heap_getattr(tup, B_PAYLOAD, desc, &isnull)));
+}
+
+/* The body at a published position (no MVCC test: publication proves it). */
+static void
+body_fetch(Relation rel, int64 id, ItemPointer tid, BodyRow *b)
+{
+	HeapTupleData tup;
+	Buffer		buf;
+
+	tup.t_self = *tid;
+	if (!heap_fetch(rel, SnapshotAny, &tup, &buf, false))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("pgjq ring: the body of job " INT64_FORMAT " is missing", id)));
+	body_read(&tup, RelationGetDescr(rel), b);
+	ReleaseBuffer(buf);
+	if (b->id != id)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("pgjq ring: the position of job " INT64_FORMAT " holds job " INT64_FORMAT,
+						id, b->id)));
+}
+
+/* the lane key of a body */
+static void
+body_lane_key(const BodyRow *b, RingLaneKey *k)
+{
+	text	   *t = b->fair_key ? DatumGetTextPP(b->fair_key) : NULL;
+
+	ring_lane_key(k, b->queue_id, b->priority, t ? VARDATA_ANY(t) : NULL,
+				  t ? VARSIZE_ANY_EXHDR(t) : 0);
+}
+
+/*
+ * Append n bodies to slot s (heap_insert for one, heap_multi_insert for
+ * more, then the id index), their positions into tids.
+ */
+static void
+body_append(int s, int n, const BodyRow *rows, ItemPointerData *tids)
+{
+	Relation	rel = table_open(body_oid[s], RowExclusiveLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	CommandId	cid = GetCurrentCommandId(true);
+	List	   *idxoids = RelationGetIndexList(rel);
+	ListCell   *lc;
+
+	if (n == 1)
+	{
+		Datum		values[B_NATTS];
+		bool		nulls[B_NATTS];
+		HeapTuple	tup;
+
+		body_values(&rows[0], values, nulls);
+		tup = heap_form_tuple(desc, values, nulls);
+		heap_insert(rel, tup, cid, 0, NULL);
+		tids[0] = tup->t_self;
+		heap_freetuple(tup);
+	}
+	else
+	{
+		int			chunk = Min(n, MULTI_CHUNK);
+		TupleTableSlot **slots = palloc(sizeof(TupleTableSlot *) * chunk);
+		BulkInsertState bistate = GetBulkInsertState();
+
+		for (int i = 0; i < chunk; i++)
+			slots[i] = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+		for (int done = 0; done < n; done += chunk)
+		{
+			int			m = Min(chunk, n - done);
+
+			for (int i = 0; i < m; i++)
+			{
+				Datum		values[B_NATTS];
+				bool		nulls[B_NATTS];
+
+				body_values(&rows[done + i], values, nulls);
+				ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slots[i], true);
+			}
+			heap_multi_insert(rel, slots, m, cid, 0, bistate);
+			for (int i = 0; i < m; i++)
+			{
+				tids[done + i] = slots[i]->tts_tid;
+				ExecClearTuple(slots[i]);
+			}
+		}
+		for (int i = 0; i < chunk; i++)
+			ExecDropSingleTupleTableSlot(slots[i]);
+		FreeBulkInsertState(bistate);
+	}
+
+	/* the id index (the only index pgjq puts on a body) */
+	foreach(lc, idxoids)
+	{
+		Relation	idx = index_open(lfirst_oid(lc), RowExclusiveLock);
+		IndexInfo  *ii = BuildIndexInfo(idx);
+
+		if (ii->ii_NumIndexAttrs != 1 || ii->ii_IndexAttrNumbers[0] != B_ID ||
+			ii->ii_Expressions != NIL || ii->ii_Predicate != NIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("an index on %s other than on id is not supported",
+							RelationGetRelationName(rel))));
+		for (int i = 0; i < n; i++)
+		{
+			Datum		v = Int64GetDatum(rows[i].id);
+			bool		isnull = false;
+
+			index_insert(idx, &v, &isnull, &tids[i], rel, UNIQUE_CHECK_NO, false, ii);
+		}
+		index_close(idx, NoLock);
+	}
+	table_close(rel, NoLock);
+}
+
+static ArrayType *
+int8_array(const int64 *v, int n)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = Int64GetDatum(v[i]);
+	return construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
+/* One ring_log row into the current slot. */
+static void
+log_append(int64 token, TimestampTz at, char kind, const int64 *ids, int n)
+{
+	int			s = slot_for_write(0);
+	Relation	rel = table_open(log_oid[s], RowExclusiveLock);
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
+	HeapTuple	tup;
+
+	values[0] = Int64GetDatum(token);
+	values[1] = TimestampTzGetDatum(at);
+	values[2] = CharGetDatum(kind);
+	values[3] = PointerGetDatum(int8_array(ids, n));
+	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	simple_heap_insert(rel, tup);
+	heap_freetuple(tup);
+	table_close(rel, NoLock);
+}
+
+/* log rows of closed claims, one per distinct token (usually one) */
+static void
+log_closes(char kind, TimestampTz at, int n, const int64 *ids, const int64 *toks)
+{
+	int64	   *grp = palloc(sizeof(int64) * n);
+	bool	   *done = palloc0(sizeof(bool) * n);
+
+	for (int i = 0; i < n; i++)
+	{
+		int			m = 0;
+
+		if (done[i])
+			continue;
+		for (int j = i; j < n; j++)
+			if (!done[j] && toks[j] == toks[i])
+			{
+				grp[m++] = ids[j];
+				done[j] = true;
+			}
+		log_append(toks[i], at, kind, grp, m);
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * enqueue
+ * --------------------------------------------------------------------- */
+void
+pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
+{
+	int			n = jobs->n;
+	BodyRow    *rows = palloc(sizeof(BodyRow) * n);
+	ItemPointerData *tids = palloc(sizeof(ItemPointerData) * n);
+	RingLaneKey *keys = palloc(sizeof(RingLaneKey) * n);
+	RingLane  **lanes = palloc(sizeof(RingLane *) * n);
+	int			s;
+	int			pinned = 0;
+	const char *full = NULL;
+
+	if (n == 0)
+		return;
+	if (!ensure_ready(true))
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot use a ring queue during recovery")));
+	for (int i = 0; i < n; i++)
+	{
+		BodyRow    *b = &rows[i];
+
+		b->id = nextval_internal(jobseq_oid, false);
+		jobs->ids[i] = b->id;
+		b->after = 0;
+		b->queue_id = queue_id;
+		b->enqueued_at = jobs->enqueued_at;
+		b->attempt = 1;
+		b->max_attempts = max_attempts;
+		b->priority = jobs->priority;
+		b->fair_key = (jobs->fair_keys && !jobs->fair_key_nulls[i] &&
+					   VARSIZE_ANY_EXHDR(DatumGetPointer(jobs->fair_keys[i])) > 0)
+			? jobs->fair_keys[i] : (Datum) 0;
+		b->payload = jobs->payloads[i];
+		body_lane_key(b, &keys[i]);
+	}
+	s = slot_for_write(n);
+	body_append(s, n, rows, tids);
+
+	/* room for the positions, and their lanes pinned: the commit cannot fail */
+	ring_reserve_local(n, 0, 0);
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	if (ring->count + ring->reserved + ring->held + n > pgjq_ring_positions)
+		full = "positions";
+	else
+	{
+		RingQueue  *q = ring_queue_get(queue_id, true);
+
+		if (q == NULL)
+			full = "queues";
+		else if (!ring_prio_room(q, jobs->priority))
+			full = "priorities";
+		for (int i = 0; i < n && full == NULL; i++)
+		{
+			if (i > 0 && memcmp(&keys[i], &keys[i - 1], sizeof(RingLaneKey)) == 0)
+				lanes[i] = lanes[i - 1];
+			else if ((lanes[i] = ring_lane_get(&keys[i], q)) == NULL)
+			{
+				full = "lanes";
+				break;
+			}
+			lanes[i]->pinned++;
+			pinned++;
+		}
+	}
+	if (full != NULL)
+	{
+		for (int i = 0; i < pinned; i++)
+		{
+			lanes[i]->pinned--;
+			ring_lane_settle(lanes[i]);
+		}
+		LWLockRelease(ring->lock);
+		if (strcmp(full, "priorities") == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("a ring queue holds ready jobs of at most %d distinct priorities at once",
+							RING_MAX_PRIOS)));
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("pgjq's ring engine has no room for more %s", full),
+				 errdetail("pgjq.ring_positions = %d, pgjq.ring_max_lanes = %d, pgjq.ring_max_queues = %d.",
+						   pgjq_ring_positions, pgjq_ring_max_lanes, pgjq_ring_max_queues),
+				 errhint("Raise the setting and restart the server, or let workers drain the ring queues.")));
+	}
+	ring->reserved += n;
+	for (int i = 0; i < n; i++)
+	{
+		RingPos		p;
+
+		p.id = rows[i].id;
+		p.tid = tids[i];
+		p.slot = s;
+		ring_note_enqueued(&p, lanes[i]);
+	}
+	LWLockRelease(ring->lock);
+	/* waiting claims wake when this commits (wait.c) */
+	pgjq_wait_note_ready(queue_id, n);
+}
+
+/* ---------------------------------------------------------------------
+ * claim
+ * --------------------------------------------------------------------- */
+static int64
+next_token(int64 *token)
+{
+	if (*token == 0)
+		*token = nextval_internal(tokseq_oid, false);
+	return *token;
+}
+
+int
+pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
+				int64 *token, PgjqClaimedJob *jobs)
+{
+	RingPos    *got;
+	int64	   *gotids;
+	int			k = 0;
+	int64		tok;
+	TransactionId xid;
+	RingQueue  *q;
+	bool		any;
+	Relation	rels[RING_NSLOTS] = {NULL};
+	MemoryContext old;
+	bool		in_flight_full = false;
+
+	if (!ensure_ready(true))
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot use a ring queue during recovery")));
+	maybe_truncate();
+	/* an empty poll draws no token and writes nothing */
+	LWLockAcquire(ring->lock, LW_SHARED);
+	q = ring_queue_get(queue->queue_id, false);
+	any = q != NULL && q->ready > 0;
+	LWLockRelease(ring->lock);
+	if (!any)
+		return 0;
+
+	xid = GetTopTransactionId();
+	tok = next_token(token);
+	got = palloc(sizeof(RingPos) * batch);
+	gotids = palloc(sizeof(int64) * batch);
+	ring_reserve_local(0, batch, 0);
+
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	q = ring_queue_get(queue->queue_id, false);
+	while (q != NULL && k < batch)
+	{
+		RingLane   *l = ring_next_lane(q);
+		RingFlight *f;
+		RingPos		p;
+
+		if (l == NULL)
+			break;
+		f = ring_flight_enter(ring->nodes[l->head].p.id);
+		if (f == NULL)
+		{
+			in_flight_full = true;	/* claim fewer, or say why none */
+			break;
+		}
+		ring_lane_pop_front(l, &p);
+		l->running++;
+		q->running++;
+		f->token = tok;
+		f->lease_until = lease_until;
+		f->enqueued_at = 0;
+		f->xid = xid;
+		f->tid = p.tid;
+		f->slot = p.slot;
+		f->state = RF_CLAIMING;
+		f->attempt = 1;
+		f->queue_id = queue->queue_id;
+		f->lane = l;
+		ring_lane_settle(l);
+		ring->held++;
+		got[k] = p;
+		gotids[k] = p.id;
+		ring_note_claimed(p.id);
+		k++;
+	}
+	LWLockRelease(ring->lock);
+	if (k == 0 && in_flight_full)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("pgjq's ring engine has no room for more running jobs (%d)",
+						pgjq_ring_max_in_flight),
+				 errhint("Complete running jobs, or raise pgjq.ring_max_in_flight and restart the server.")));
+	if (k == 0)
+		return 0;
+
+	/* the claim's one durable row */
+	log_append(tok, lease_until, 'c', gotids, k);
+
+	old = MemoryContextSwitchTo(pgjq_result_cxt);
+	for (int i = 0; i < k; i++)
+	{
+		BodyRow		b;
+
+		if (rels[got[i].slot] == NULL)
+			rels[got[i].slot] = table_open(body_oid[got[i].slot], AccessShareLock);
+		body_fetch(rels[got[i].slot], got[i].id, &got[i].tid, &b);
+		jobs[i].id = b.id;
+		jobs[i].token = tok;
+		jobs[i].lease_until = lease_until;
+		jobs[i].attempt = b.attempt;
+		jobs[i].payload = b.payload;
+		jobs[i].fair_key = b.fair_key;
+		jobs[i].priority = b.priority;
+		jobs[i].enqueued_at = b.enqueued_at;
+	}
+	MemoryContextSwitchTo(old);
+	for (int s = 0; s < RING_NSLOTS; s++)
+		if (rels[s])
+			table_close(rels[s], NoLock);
+
+	/* what complete needs for the history, without reading the body again */
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < k; i++)
+	{
+		RingFlight *f = ring_flight_find(jobs[i].id);
+
+		if (f != NULL)
+		{
+			f->attempt = jobs[i].attempt;
+			f->enqueued_at = jobs[i].enqueued_at;
+		}
+	}
+	LWLockRelease(ring->lock);
+	return k;
+}
+
+bool
+pgjq_ring_table_first(int32 queue_id, uint64 *gen)
+{
+	RingQueue  *q;
+	bool		maybe = true;
+
+	*gen = 0;
+	if (ring == NULL)
+		return true;
+
+	/*
+	 * The record is made here if missing, before the probe: a producer that
+	 * commits after the probe then finds it and moves its generation on, so
+	 * pgjq_ring_table_empty does not clear the flag over its jobs.
+	 */
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	q = ring_queue_get(queue_id, true);
+	if (q != NULL)
+	{
+		maybe = q->table_maybe;
+		*gen = q->table_gen;
+	}
+	LWLockRelease(ring->lock);
+	return maybe;
+}
+
+/* The table engine had no ready job of the queue when the flag was at gen. */
+void
+pgjq_ring_table_empty(int32 queue_id, uint64 gen)
+{
+	RingQueue  *q;
+
+	if (ring == NULL)
+		return;
+	if (gen == 0)
+		return;					/* no record: the flag stays set */
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	q = ring_queue_get(queue_id, false);
+	if (q != NULL && q->table_gen == gen)
+		q->table_maybe = false;
+	LWLockRelease(ring->lock);
+}
+
+void
+pgjq_ring_note_table_claim(int32 queue_id)
+{
+	if (ring != NULL)
+		ring_note_table_touch(queue_id, false);
+}
+
+/* ---------------------------------------------------------------------
+ * outcomes
+ * --------------------------------------------------------------------- */
+
+/*
+ * Close the ring claims (id, token) as this transaction's, waiting for a
+ * transaction that closes one of them now.  token 0 matches any open claim
+ * (cancel).  found[i]: the id is a ring job in flight (else the table
+ * engine's); ok[i]: it is closed by this call (else stale).  The closed
+ * entries' facts go to *fl (copies).
+ */
+static int
+close_claims(int n, const int64 *ids, const int64 *toks, bool *found, bool *ok,
+			 RingFlight *fl)
+{
+	TransactionId xid = GetTopTransactionId();
+	int			nok = 0;
+
+	ring_reserve_local(0, 0, n);
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < n; i++)
+	{
+		RingFlight *f;
+
+		for (;;)
+		{
+			TransactionId other;
+
+			f = ring_flight_find(ids[i]);
+			if (f == NULL || f->xid == xid || f->state == RF_OPEN ||
+				(toks[i] != 0 && f->token != toks[i]))
+				break;
+			/* claimed or closed by another open transaction: wait for it */
+			other = f->xid;
+			LWLockRelease(ring->lock);
+			XactLockTableWait(other, NULL, NULL, XLTW_None);
+			LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+		}
+		found[i] = f != NULL;
+		ok[i] = false;
+		if (f == NULL || (toks[i] != 0 && f->token != toks[i]))
+			continue;
+
+		/*
+		 * OPEN, or claimed by this very transaction (claim and outcome
+		 * together)
+		 */
+		if (!(f->state == RF_OPEN || (f->state == RF_CLAIMING && f->xid == xid)))
+			continue;
+		ring_note_closed(ids[i], f->state == RF_CLAIMING);
+		f->state = RF_CLOSING;
+		f->xid = xid;
+		fl[i] = *f;
+		ok[i] = true;
+		nok++;
+	}
+	LWLockRelease(ring->lock);
+	return nok;
+}
+
+/* Is any of the ids a ring job in flight? (a shared look, for the table engine's jobs) */
+static bool
+any_in_flight(int n, const int64 *ids)
+{
+	bool		any = false;
+
+	if (hash_get_num_entries(ring_flights) == 0)
+	{
+		/* the count is read without the lock: look again with it */
+		LWLockAcquire(ring->lock, LW_SHARED);
+		any = hash_get_num_entries(ring_flights) > 0;
+		LWLockRelease(ring->lock);
+		if (!any)
+			return false;
+	}
+	LWLockAcquire(ring->lock, LW_SHARED);
+	for (int i = 0; i < n && !any; i++)
+		any = ring_flight_find(ids[i]) != NULL;
+	LWLockRelease(ring->lock);
+	return any;
+}
+
+static PgjqPlan plan_done = {
+	"INSERT INTO pgjq.job_done (queue_id, finished_at, min_id, max_id, ids, attempts, enqueued_at)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7)",
+	7, {INT4OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID}
+};
+
+int64
+pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *handled)
+{
+	int64	   *idv = palloc(sizeof(int64) * n);
+	int64	   *tokv = palloc(sizeof(int64) * n);
+	bool	   *ok = palloc(sizeof(bool) * n);
+	RingFlight *fl = palloc(sizeof(RingFlight) * n);
+	int64	   *cid,
+			   *ctok;
+	int			nok;
+	int			m = 0;
+
+	memset(handled, 0, sizeof(bool) * n);
+	if (ring == NULL || !ensure_ready(false))
+		return 0;
+	for (int i = 0; i < n; i++)
+	{
+		idv[i] = DatumGetInt64(ids[i]);
+		tokv[i] = DatumGetInt64(tokens[i]);
+		/* token 0 means "any" to close_claims: never a real token */
+		if (tokv[i] == 0)
+			tokv[i] = -1;
+	}
+	if (!any_in_flight(n, idv))
+		return 0;
+	maybe_truncate();
+	nok = close_claims(n, idv, tokv, handled, ok, fl);
+	if (nok == 0)
+		return 0;
+	cid = palloc(sizeof(int64) * nok);
+	ctok = palloc(sizeof(int64) * nok);
+	for (int i = 0; i < n; i++)
+		if (ok[i])
+		{
+			cid[m] = idv[i];
+			ctok[m] = tokv[i];
+			m++;
+		}
+	log_closes('d', now, nok, cid, ctok);
+
+	/* the history: one job_done row per queue */
+	pgjq_history_ensure(now);
+	for (int i = 0; i < n; i++)
+	{
+		Datum	   *di,
+				   *da,
+				   *de;
+		int			c = 0;
+		int32		qid;
+		int64		lo = PG_INT64_MAX,
+					hi = PG_INT64_MIN;
+		Datum		values[7];
+
+		if (!ok[i])
+			continue;
+		qid = fl[i].queue_id;
+		di = palloc(sizeof(Datum) * n);
+		da = palloc(sizeof(Datum) * n);
+		de = palloc(sizeof(Datum) * n);
+		for (int j = i; j < n; j++)
+			if (ok[j] && fl[j].queue_id == qid)
+			{
+				di[c] = Int64GetDatum(idv[j]);
+				da[c] = Int32GetDatum(fl[j].attempt);
+				de[c] = TimestampTzGetDatum(fl[j].enqueued_at);
+				lo = Min(lo, idv[j]);
+				hi = Max(hi, idv[j]);
+				ok[j] = false;
+				c++;
+			}
+		values[0] = Int32GetDatum(qid);
+		values[1] = TimestampTzGetDatum(now);
+		values[2] = Int64GetDatum(lo);
+		values[3] = Int64GetDatum(hi);
+		values[4] = PointerGetDatum(construct_array(di, c, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		values[5] = PointerGetDatum(construct_array(da, c, INT4OID, 4, true, TYPALIGN_INT));
+		values[6] = PointerGetDatum(construct_array(de, c, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		pgjq_spi_run(&plan_done, values, NULL, 0);
+		if (pgjq_jobs_finished_hook)
+			pgjq_jobs_finished_hook(qid, PGJQ_FINISHED_COMPLETED, c);
+	}
+	return nok;
+}
+
+static PgjqPlan plan_move = {
+	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
+	"                      max_attempts, token, enqueued_at, run_at, lease_until, worker,"
+	"                      last_error, cancel_requested, payload)"
+	" VALUES ($1, $2, $3, $4, coalesce($5, ''), NULL, $6, $7, $8, $9, $9, $10, NULL, NULL,"
+	"         false, $11)",
+	11, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID}
+};
+
+/* The closed ring job as a pgjq.job row (state 'a' running or 'r' ready). */
+static void
+move_to_table(const RingFlight *f, char state)
+{
+	Relation	rel = table_open(body_oid[f->slot], AccessShareLock);
+	BodyRow		b;
+	Datum		values[11];
+	char		nulls[12] = "           ";
+	PgjqQueue	q;
+
+	body_fetch(rel, f->key.id, (ItemPointer) &f->tid, &b);
+	table_close(rel, NoLock);
+	log_append(f->token, GetCurrentTimestamp(), 'm', &f->key.id, 1);
+	values[0] = Int64GetDatum(b.id);
+	values[1] = Int32GetDatum(b.queue_id);
+	values[2] = CharGetDatum(state);
+	values[3] = Int16GetDatum(b.priority);
+	values[4] = b.fair_key;
+	nulls[4] = b.fair_key == (Datum) 0 ? 'n' : ' ';
+	values[5] = Int32GetDatum(b.attempt);
+	values[6] = Int32GetDatum(b.max_attempts);
+	values[7] = Int64GetDatum(f->token);
+	values[8] = TimestampTzGetDatum(b.enqueued_at);
+	values[9] = TimestampTzGetDatum(f->lease_until);
+	nulls[9] = state == 'a' ? ' ' : 'n';
+	values[10] = b.payload;
+	pgjq_spi_run(&plan_move, values, nulls, 0);
+
+	/*
+	 * A running row is one of the queue's running jobs for limits.c, which
+	 * the table engine's outcome will count down (in this transaction).
+	 */
+	if (state == 'a')
+	{
+		memset(&q, 0, sizeof(q));
+		q.queue_id = b.queue_id;
+		pgjq_limits_settle_queue(&q, 0, 1);
+	}
+	else
+		ring_note_table_touch(b.queue_id, false);
+}
+
+int
+pgjq_ring_move(int64 id, const int64 *token)
+{
+	bool		found,
+				ok;
+	RingFlight	f;
+	int64		tok;
+
+	if (ring == NULL)
+		return PGJQ_RING_NOT_MINE;
+	/* 0 means any claim to close_claims; tokens are positive */
+	tok = token == NULL ? 0 : (*token == 0 ? -1 : *token);
+	if (!ensure_ready(false) || !any_in_flight(1, &id))
+		return PGJQ_RING_NOT_MINE;
+	(void) close_claims(1, &id, &tok, &found, &ok, &f);
+	if (!found)
+		return PGJQ_RING_NOT_MINE;
+	if (!ok)
+		return PGJQ_RING_STALE;
+	move_to_table(&f, 'a');
+	return PGJQ_RING_MOVED;
+}
+
+/* The newest body of a job (by the id index of each slot), or false. */
+static bool
+body_by_id(int64 id, BodyRow *out, int *slot, ItemPointerData *tid)
+{
+	bool		found = false;
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+
+	for (int s = 0; s < RING_NSLOTS; s++)
+	{
+		Relation	rel = table_open(body_oid[s], AccessShareLock);
+		List	   *idxoids = RelationGetIndexList(rel);
+		Relation	idx;
+		IndexScanDesc scan;
+		ScanKeyData key;
+		TupleTableSlot *ts;
+
+		if (idxoids == NIL)
+		{
+			table_close(rel, AccessShareLock);
+			continue;
+		}
+		idx = index_open(linitial_oid(idxoids), AccessShareLock);
+		ts = table_slot_create(rel, NULL);
+		ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(id));
+		scan = index_beginscan(rel, idx, snap, 1, 0);
+		index_rescan(scan, &key, 1, NULL, 0);
+		while (index_getnext_slot(scan, ForwardScanDirection, ts))
+		{
+			bool		shouldfree;
+			HeapTuple	tup = ExecFetchSlotHeapTuple(ts, false, &shouldfree);
+			BodyRow		b;
+
+			body_read(tup, RelationGetDescr(rel), &b);
+			if (!found || b.after > out->after)
+			{
+				*out = b;
+				*slot = s;
+				*tid = tup->t_self;
+				found = true;
+			}
+			if (shouldfree)
+				heap_freetuple(tup);
+		}
+		index_endscan(scan);
+		ExecDropSingleTupleTableSlot(ts);
+		index_close(idx, AccessShareLock);
+		table_close(rel, AccessShareLock);
+	}
+	UnregisterSnapshot(snap);
+	return found;
+}
+
+bool
+pgjq_ring_take_ready(int64 id)
+{
+	BodyRow		b;
+	int			slot;
+	ItemPointerData tid;
+	RingLaneKey key;
+	RingLane   *l;
+	RingFlight *f;
+	RingFlight	copy;
+	RingPos		p;
+	bool		taken = false;
+	int64		tok = 0;
+
+	if (ring == NULL || !ensure_ready(false))
+		return false;
+	if (!body_by_id(id, &b, &slot, &tid))
+		return false;
+	body_lane_key(&b, &key);
+	tok = next_token(&tok);
+	ring_reserve_local(0, 1, 1);
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	l = hash_search(ring_lanes, &key, HASH_FIND, NULL);
+	if (l != NULL && ring_lane_remove(l, id, &p))
+	{
+		f = ring_flight_enter(id);
+		if (f == NULL)
+		{
+			/* the node went back to the pool: there is room */
+			ring_lane_push_front(l, &p);
+			LWLockRelease(ring->lock);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("pgjq's ring engine has no room for more jobs in flight"),
+					 errhint("Raise pgjq.ring_max_in_flight and restart the server.")));
+		}
+		l->running++;
+		l->queue->running++;
+		f->token = tok;
+		f->lease_until = 0;
+		f->enqueued_at = b.enqueued_at;
+		f->xid = GetTopTransactionId();
+		f->tid = p.tid;
+		f->slot = p.slot;
+		f->attempt = b.attempt;
+		f->queue_id = b.queue_id;
+		f->lane = l;
+		ring_lane_settle(l);
+		ring->held++;
+		ring_note_claimed(id);
+		/* and closed by the same transaction */
+		ring_note_closed(id, true);
+		f->state = RF_CLOSING;
+		copy = *f;
+		taken = true;
+	}
+	LWLockRelease(ring->lock);
+	if (taken)
+		move_to_table(&copy, 'r');
+	return taken;
+}
+
+int
+pgjq_ring_expired(TimestampTz now, int limit, int64 *ids, int64 *tokens)
+{
+	HASH_SEQ_STATUS hs;
+	RingFlight *f;
+	int			n = 0;
+
+	if (ring == NULL || !ensure_ready(false))
+		return 0;
+	LWLockAcquire(ring->lock, LW_SHARED);
+	hash_seq_init(&hs, ring_flights);
+	while ((f = hash_seq_search(&hs)) != NULL)
+	{
+		if (f->key.dbid != MyDatabaseId || f->state != RF_OPEN || f->lease_until >= now)
+			continue;
+		ids[n] = f->key.id;
+		tokens[n] = f->token;
+		if (++n >= limit)
+		{
+			hash_seq_term(&hs);
+			break;
+		}
+	}
+	LWLockRelease(ring->lock);
+	return n;
+}
+
+TimestampTz
+pgjq_ring_next_deadline(void)
+{
+	HASH_SEQ_STATUS hs;
+	RingFlight *f;
+	TimestampTz next = DT_NOEND;
+
+	if (ring == NULL || !ensure_ready(false))
+		return next;
+	LWLockAcquire(ring->lock, LW_SHARED);
+	hash_seq_init(&hs, ring_flights);
+	while ((f = hash_seq_search(&hs)) != NULL)
+		if (f->key.dbid == MyDatabaseId && f->state != RF_CLOSING && f->lease_until < next &&
+			f->lease_until != 0)
+			next = f->lease_until;
+	LWLockRelease(ring->lock);
+	return next;
+}
+
+int64
+pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
+{
+	bool		running_too = drop && force;
+	TransactionId xid;
+	int64		running = 0;
+	int64	   *rid = NULL;
+	int64	   *rtok = NULL;
+	int			nrun = 0;
+	bool		waited;
+
+	*nready = 0;
+	if (ring == NULL || !ensure_ready(false))
+		return 0;
+	xid = GetTopTransactionId();
+
+	/* wait for open transactions that claim or close jobs of the queue */
+	do
+	{
+		HASH_SEQ_STATUS hs;
+		RingFlight *f;
+		TransactionId other = InvalidTransactionId;
+
+		waited = false;
+		running = 0;
+		LWLockAcquire(ring->lock, LW_SHARED);
+		hash_seq_init(&hs, ring_flights);
+		while ((f = hash_seq_search(&hs)) != NULL)
+		{
+			if (f->key.dbid != MyDatabaseId || f->queue_id != queue_id)
+				continue;
+			if (f->state != RF_OPEN && f->xid != xid)
+			{
+				other = f->xid;
+				hash_seq_term(&hs);
+				break;
+			}
+			if (f->state == RF_OPEN)
+				running++;
+		}
+		LWLockRelease(ring->lock);
+		if (TransactionIdIsValid(other))
+		{
+			XactLockTableWait(other, NULL, NULL, XLTW_None);
+			waited = true;
+		}
+	} while (waited);
+
+	if (drop && running > 0 && !force)
+		return running;
+
+	/* the ready jobs: taken as claims of this transaction, closed at once */
+	for (;;)
+	{
+		int64		tok = 0;
+		int64		ids[1000];
+		int			k = 0;
+		RingQueue  *q;
+
+		ring_reserve_local(0, 1000, 1000);
+		LWLockAcquire(ring->lock, LW_SHARED);
+		q = ring_queue_get(queue_id, false);
+		k = (q != NULL && q->ready > 0);
+		LWLockRelease(ring->lock);
+		if (k == 0)
+			break;
+		k = 0;
+		tok = next_token(&tok);
+		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+		q = ring_queue_get(queue_id, false);
+		while (q != NULL && k < 1000)
+		{
+			RingLane   *l = ring_next_lane(q);
+			RingFlight *f;
+			RingPos		p;
+
+			if (l == NULL)
+				break;
+			f = ring_flight_enter(ring->nodes[l->head].p.id);
+			if (f == NULL)
+				break;
+			ring_lane_pop_front(l, &p);
+			l->running++;
+			q->running++;
+			memset(((char *) f) + sizeof(RingFlightKey), 0, sizeof(RingFlight) - sizeof(RingFlightKey));
+			f->token = tok;
+			f->xid = xid;
+			f->tid = p.tid;
+			f->slot = p.slot;
+			f->state = RF_CLOSING;
+			f->queue_id = queue_id;
+			f->lane = l;
+			ring_lane_settle(l);
+			ring->held++;
+			ring_note_claimed(p.id);
+			ring_note_closed(p.id, true);
+			ids[k++] = p.id;
+		}
+		LWLockRelease(ring->lock);
+		if (k == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("pgjq's ring engine has no room for more jobs in flight"),
+					 errhint("Raise pgjq.ring_max_in_flight and restart the server.")));
+		log_append(tok, GetCurrentTimestamp(), 'x', ids, k);
+		*nready += k;
+	}
+
+	if (running_too && running > 0)
+	{
+		HASH_SEQ_STATUS hs;
+		RingFlight *f;
+		bool	   *found,
+				   *ok;
+		RingFlight *fl;
+
+		rid = palloc(sizeof(int64) * running);
+		rtok = palloc(sizeof(int64) * running);
+		LWLockAcquire(ring->lock, LW_SHARED);
+		hash_seq_init(&hs, ring_flights);
+		while ((f = hash_seq_search(&hs)) != NULL)
+			if (f->key.dbid == MyDatabaseId && f->queue_id == queue_id &&
+				f->state == RF_OPEN && nrun < running)
+			{
+				rid[nrun] = f->key.id;
+				rtok[nrun] = f->token;
+				nrun++;
+			}
+		LWLockRelease(ring->lock);
+		found = palloc(sizeof(bool) * Max(nrun, 1));
+		ok = palloc(sizeof(bool) * Max(nrun, 1));
+		fl = palloc(sizeof(RingFlight) * Max(nrun, 1));
+		(void) close_claims(nrun, rid, rtok, found, ok, fl);
+		{
+			int			m = 0;
+
+			for (int i = 0; i < nrun; i++)
+				if (ok[i])
+				{
+					rid[m] = rid[i];
+					rtok[m] = rtok[i];
+					m++;
+				}
+			if (m > 0)
+				log_closes('x', GetCurrentTimestamp(), m, rid, rtok);
+		}
+	}
+	return running;
+}
+
+void
+pgjq_ring_counts(int32 queue_id, int64 *ready, int64 *running)
+{
+	RingQueue  *q;
+
+	*ready = *running = 0;
+	if (ring == NULL || !ensure_ready(false))
+		return;
+	LWLockAcquire(ring->lock, LW_SHARED);
+	q = ring_queue_get(queue_id, false);
+	if (q != NULL)
+	{
+		*ready = q->ready;
+		*running = q->running;
+	}
+	LWLockRelease(ring->lock);
+}
+
+/* ---------------------------------------------------------------------
+ * rebuild: shared memory from the durable rows
+ * --------------------------------------------------------------------- */
+typedef struct RbClaim
+{
+	int64		id;				/* key */
+	int64		token;			/* the newest claim */
+	TimestampTz lease_until;	/* of that claim's 'c' row; 0 if none */
+} RbClaim;
+
+typedef struct RbPair
+{
+	int64		id;
+	int64		token;
+} RbPair;
+
+typedef struct RbBody
+{
+	int64		id;				/* key */
+	int64		after;
+	int32		queue_id;
+	int32		attempt;
+	TimestampTz enqueued_at;
+	ItemPointerData tid;
+	uint16		slot;
+	RingLaneKey key;
+} RbBody;
+
+static HTAB *
+rb_hash(const char *name, Size keysize, Size entrysize)
+{
+	HASHCTL		ctl;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = keysize;
+	ctl.entrysize = entrysize;
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create(name, 65536, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+static int
+rb_cmp(const void *a, const void *b)
+{
+	int64		x = (*(RbBody *const *) a)->id;
+	int64		y = (*(RbBody *const *) b)->id;
+
+	return (x > y) - (x < y);
+}
+
+/* What the durable rows say: claims, closes and the newest body of each job. */
+typedef struct RbScan
+{
+	HTAB	   *claims;			/* id -> RbClaim */
+	HTAB	   *closed;			/* (id, token) closed */
+	HTAB	   *bodies;			/* id -> RbBody */
+	int64		rows[RING_NSLOTS];
+	int64		minid[RING_NSLOTS];
+	bool		used[RING_NSLOTS];
+} RbScan;
+
+/* Scan the live slots (in the current memory context). */
+static void
+scan_tables(RbScan *sc)
+{
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	RbBody	   *b;
+
+	sc->claims = rb_hash("pgjq rb claims", sizeof(int64), sizeof(RbClaim));
+	sc->closed = rb_hash("pgjq rb closed", sizeof(RbPair), sizeof(RbPair));
+	sc->bodies = rb_hash("pgjq rb bodies", sizeof(int64), sizeof(RbBody));
+	for (int s = 0; s < RING_NSLOTS; s++)
+	{
+		sc->rows[s] = 0;
+		sc->minid[s] = PG_INT64_MAX;
+		sc->used[s] = false;
+	}
+
+	/* the logs: claims ('c'), and closes, which imply their claim */
+	for (int s = 0; s < RING_NSLOTS; s++)
+	{
+		Relation	rel = table_open(log_oid[s], AccessShareLock);
+		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+		TupleDesc	desc = RelationGetDescr(rel);
+		HeapTuple	tup;
+
+		if (RelationGetNumberOfBlocks(rel) > 0)
+			sc->used[s] = true;
+		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		{
+			bool		isnull;
+			int64		token = DatumGetInt64(heap_getattr(tup, 1, desc, &isnull));
+			TimestampTz at = DatumGetTimestampTz(heap_getattr(tup, 2, desc, &isnull));
+			char		kind = DatumGetChar(heap_getattr(tup, 3, desc, &isnull));
+			ArrayType  *arr = DatumGetArrayTypeP(heap_getattr(tup, 4, desc, &isnull));
+			int			n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
+			int64	   *ids = (int64 *) ARR_DATA_PTR(arr);
+
+			for (int i = 0; i < n; i++)
+			{
+				bool		found;
+				RbClaim    *c = hash_search(sc->claims, &ids[i], HASH_ENTER, &found);
+
+				if (!found || c->token < token)
+				{
+					c->token = token;
+					c->lease_until = 0;
+				}
+				if (kind == 'c' && c->token == token)
+					c->lease_until = at;
+				if (kind != 'c')
+				{
+					RbPair		k = {ids[i], token};
+
+					hash_search(sc->closed, &k, HASH_ENTER, NULL);
+				}
+			}
+		}
+		table_endscan(scan);
+		table_close(rel, AccessShareLock);
+	}
+
+	/* the bodies: the newest version of every job */
+	for (int s = 0; s < RING_NSLOTS; s++)
+	{
+		Relation	rel = table_open(body_oid[s], AccessShareLock);
+		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+		TupleDesc	desc = RelationGetDescr(rel);
+		HeapTuple	tup;
+
+		if (RelationGetNumberOfBlocks(rel) > 0)
+			sc->used[s] = true;
+		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		{
+			bool		isnull,
+						found;
+			int64		id = DatumGetInt64(heap_getattr(tup, B_ID, desc, &isnull));
+			Datum		d = heap_getattr(tup, B_AFTER, desc, &isnull);
+			int64		after = isnull ? 0 : DatumGetInt64(d);
+
+			sc->rows[s]++;
+			sc->minid[s] = Min(sc->minid[s], id);
+			b = hash_search(sc->bodies, &id, HASH_ENTER, &found);
+			if (!found || b->after < after)
+			{
+				BodyRow		r;
+
+				body_read(tup, desc, &r);
+				b->after = after;
+				b->queue_id = r.queue_id;
+				b->attempt = r.attempt;
+				b->enqueued_at = r.enqueued_at;
+				b->tid = tup->t_self;
+				b->slot = s;
+				body_lane_key(&r, &b->key);
+			}
+		}
+		table_endscan(scan);
+		table_close(rel, AccessShareLock);
+	}
+	UnregisterSnapshot(snap);
+}
+
+/* A job's durable state: 'r' ready, 'a' in flight (*claim), 'f' finished. */
+static char
+durable_state(RbScan *sc, RbBody *b, RbClaim **claim)
+{
+	RbClaim    *c = hash_search(sc->claims, &b->id, HASH_FIND, NULL);
+	RbPair		k;
+
+	*claim = c;
+	if (c == NULL || c->token <= b->after)
+		return 'r';
+	k.id = b->id;
+	k.token = c->token;
+	return hash_search(sc->closed, &k, HASH_FIND, NULL) != NULL ? 'f' : 'a';
+}
+
+static void
+rebuild(void)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "pgjq ring rebuild",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(ctx);
+	RbScan		sc;
+	int64		open[RING_NSLOTS] = {0};
+	int64	   *rows = sc.rows;
+	int64	   *minid = sc.minid;
+	bool	   *used = sc.used;
+	RbBody	  **list;
+	int64		nlist = 0,
+				nready = 0,
+				nflight = 0;
+	HASH_SEQ_STATUS hs;
+	RbBody	   *b;
+	int			cur = 0;
+	int			nused = 0;
+	RingDb	   *db;
+	const char *full = NULL;
+	HTAB	   *bodies;
+
+	scan_tables(&sc);
+	bodies = sc.bodies;
+
+	/*
+	 * The current slot: slots in use form an arc in ring order, oldest first;
+	 * the current one ends it.  With all four in use, the oldest is the one
+	 * whose bodies are oldest (a slot with log rows only is the newest:
+	 * producers moved to it and rolled back).
+	 */
+	for (int s = 0; s < RING_NSLOTS; s++)
+		nused += used[s];
+	if (nused == 0)
+		cur = 0;
+	else if (nused < RING_NSLOTS)
+	{
+		for (int s = 0; s < RING_NSLOTS; s++)
+			if (used[s] && !used[(s + 1) % RING_NSLOTS])
+				cur = s;
+	}
+	else
+	{
+		int			oldest = -1;
+
+		for (int s = 0; s < RING_NSLOTS; s++)
+			if (rows[s] > 0 && (oldest < 0 || minid[s] < minid[oldest]))
+				oldest = s;
+		cur = oldest < 0 ? 0 : (oldest + RING_NSLOTS - 1) % RING_NSLOTS;
+	}
+
+	/* every job: ready, in flight or finished; in enqueue order */
+	list = palloc(sizeof(RbBody *) * Max(hash_get_num_entries(bodies), 1));
+	hash_seq_init(&hs, bodies);
+	while ((b = hash_seq_search(&hs)) != NULL)
+		list[nlist++] = b;
+	qsort(list, nlist, sizeof(RbBody *), rb_cmp);
+
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	db = ring_db();
+	ring_clear_db(db);
+	for (int64 i = 0; i < nlist && full == NULL; i++)
+	{
+		RbClaim    *c;
+		RingQueue  *q;
+		RingLane   *l = NULL;
+
+		b = list[i];
+		if (durable_state(&sc, b, &c) == 'f')
+			continue;			/* finished */
+		if ((q = ring_queue_get(b->queue_id, true)) == NULL)
+			full = "pgjq.ring_max_queues";
+		else if (!ring_prio_room(q, b->key.priority))
+			full = "priorities";
+		else if ((l = ring_lane_get(&b->key, q)) == NULL)
+			full = "pgjq.ring_max_lanes";
+		if (full != NULL)
+			break;
+		if (c != NULL && c->token > b->after)
+		{
+			RingFlight *f = ring_flight_enter(b->id);
+
+			if (f == NULL)
+			{
+				full = "pgjq.ring_max_in_flight";
+				break;
+			}
+			f->token = c->token;
+			/* a claim whose 'c' row is gone (cannot happen): expired now */
+			f->lease_until = c->lease_until;
+			f->enqueued_at = b->enqueued_at;
+			f->xid = InvalidTransactionId;
+			f->tid = b->tid;
+			f->slot = b->slot;
+			f->state = RF_OPEN;
+			f->attempt = b->attempt;
+			f->queue_id = b->queue_id;
+			f->lane = l;
+			l->running++;
+			q->running++;
+			nflight++;
+		}
+		else
+		{
+			RingPos		p;
+
+			if (ring->count + ring->reserved + ring->held >= pgjq_ring_positions)
+			{
+				full = "pgjq.ring_positions";
+				break;
+			}
+			p.id = b->id;
+			p.tid = b->tid;
+			p.slot = b->slot;
+			ring_lane_push_back(l, &p);
+			nready++;
+		}
+		open[b->slot]++;
+		ring_lane_settle(l);
+	}
+	if (full != NULL)
+	{
+		ring_clear_db(db);
+		LWLockRelease(ring->lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("pgjq's ring engine cannot hold this database's jobs: %s is too small", full),
+				 errhint("Raise the setting and restart the server; no job is lost.")));
+	}
+	for (int s = 0; s < RING_NSLOTS; s++)
+	{
+		RingSlot   *st = &db->slots[s];
+
+		memset(st, 0, sizeof(RingSlot));
+		st->open = open[s];
+		st->appended = rows[s];
+		if (s == cur)
+			continue;
+		if (used[s])
+			st->sealed = true;
+		else
+			st->clean = true;
+	}
+	db->cur_slot = cur;
+	db->incarnation = body_oid[0];
+	db->rebuilds++;
+	db->ready = true;
+	LWLockRelease(ring->lock);
+
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(ctx);
+	elog(LOG, "pgjq: ring of database %u rebuilt: " INT64_FORMAT " ready, " INT64_FORMAT
+		 " in flight, from " INT64_FORMAT " body rows in %.1f ms",
+		 MyDatabaseId, nready, nflight, rows[0] + rows[1] + rows[2] + rows[3],
+		 (double) (GetCurrentTimestamp() - start) / 1000.0);
+}
+
+/* ---------------------------------------------------------------------
+ * SQL: pgjq._ring_job(id) for job(), pgjq._ring_counts() for queue_stats
+ * --------------------------------------------------------------------- */
+PG_FUNCTION_INFO_V1(pgjq_ring_job);
+
+/*
+ * The ring's view of a job: ready (in a lane) or running (in flight), as a
+ * pgjq.job_info row; nothing when the ring does not hold it unfinished (a
+ * finished ring job is in pgjq.job_done, a moved one in pgjq.job).
+ */
+Datum
+pgjq_ring_job(PG_FUNCTION_ARGS)
+{
+	int64		id = PG_GETARG_INT64(0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	BodyRow		b;
+	int			slot;
+	ItemPointerData tid;
+	RingLaneKey key;
+	bool		ready = false,
+				running = false;
+	TimestampTz lease = 0;
+	Datum		values[16];
+	bool		nulls[16];
+	char	   *qname = NULL;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (ring == NULL || !ensure_ready(false))
+		return (Datum) 0;
+	pgjq_storage_begin();
+	if (body_by_id(id, &b, &slot, &tid))
+	{
+		RingFlight *f;
+
+		body_lane_key(&b, &key);
+		LWLockAcquire(ring->lock, LW_SHARED);
+		f = ring_flight_find(id);
+		if (f != NULL && f->state != RF_CLAIMING)
+		{
+			running = true;
+			lease = f->lease_until;
+		}
+		else
+		{
+			RingLane   *l = hash_search(ring_lanes, &key, HASH_FIND, NULL);
+
+			/* a job being claimed counts as ready until its claim commits */
+			if (f != NULL)
+				ready = true;
+			for (int32 n = l ? l->head : -1; n >= 0 && !ready; n = ring->nodes[n].next)
+				if (ring->nodes[n].p.id == id)
+					ready = true;
+		}
+		LWLockRelease(ring->lock);
+		if (ready || running)
+		{
+			Datum		qv[1] = {Int32GetDatum(b.queue_id)};
+			static PgjqPlan plan_qname = {
+				"SELECT name FROM pgjq.queue WHERE queue_id = $1", 1, {INT4OID}
+			};
+			bool		isnull;
+
+			pgjq_spi_run(&plan_qname, qv, NULL, 1);
+			if (SPI_processed == 1)
+				qname = MemoryContextStrdup(pgjq_result_cxt,
+											TextDatumGetCString(pgjq_spi_get(0, 1, &isnull)));
+		}
+	}
+	if (ready || running)
+	{
+		MemoryContext old = MemoryContextSwitchTo(pgjq_result_cxt);
+
+		memset(nulls, true, sizeof(nulls));
+		values[0] = Int64GetDatum(id);
+		nulls[0] = false;
+		if (qname)
+		{
+			values[1] = CStringGetTextDatum(qname);
+			nulls[1] = false;
+		}
+		values[2] = CStringGetTextDatum(running ? "running" : "ready");
+		nulls[2] = false;
+		values[3] = Int32GetDatum(b.attempt);
+		nulls[3] = false;
+		values[4] = Int32GetDatum(b.max_attempts);
+		nulls[4] = false;
+		values[5] = Int16GetDatum(b.priority);
+		nulls[5] = false;
+		if (b.fair_key)
+		{
+			values[6] = datumCopy(b.fair_key, false, -1);
+			nulls[6] = false;
+		}
+		values[8] = datumCopy(b.payload, false, -1);
+		nulls[8] = false;
+		values[9] = TimestampTzGetDatum(b.enqueued_at);
+		nulls[9] = false;
+		values[10] = TimestampTzGetDatum(b.enqueued_at);
+		nulls[10] = false;
+		if (running)
+		{
+			values[11] = TimestampTzGetDatum(lease);
+			nulls[11] = false;
+		}
+		values[15] = BoolGetDatum(false);
+		nulls[15] = false;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		MemoryContextSwitchTo(old);
+	}
+	pgjq_storage_end();
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(pgjq_ring_counts_sql);
+
+/* pgjq._ring_counts(): (queue_id, ready, running) of this database's ring queues */
+Datum
+pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS hs;
+	RingQueue  *q;
+	int			n = 0,
+				max = 16;
+	Datum	   *rowsv;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (ring == NULL || !ensure_ready(false))
+		return (Datum) 0;
+	rowsv = palloc(sizeof(Datum) * 3 * max);
+	LWLockAcquire(ring->lock, LW_SHARED);
+	hash_seq_init(&hs, ring_queues);
+	while ((q = hash_seq_search(&hs)) != NULL)
+	{
+		if (q->key.dbid != MyDatabaseId || (q->ready == 0 && q->running == 0))
+			continue;
+		if (n == max)
+		{
+			/* no allocation under the lock: count the rest next round */
+			hash_seq_term(&hs);
+			break;
+		}
+		rowsv[3 * n] = Int32GetDatum(q->key.queue_id);
+		rowsv[3 * n + 1] = Int64GetDatum(q->ready);
+		rowsv[3 * n + 2] = Int64GetDatum(q->running);
+		n++;
+	}
+	LWLockRelease(ring->lock);
+	if (n == max)
+	{
+		/* many queues: once more with room for all of them */
+		max = pgjq_ring_max_queues;
+		rowsv = repalloc(rowsv, sizeof(Datum) * 3 * max);
+		n = 0;
+		LWLockAcquire(ring->lock, LW_SHARED);
+		hash_seq_init(&hs, ring_queues);
+		while ((q = hash_seq_search(&hs)) != NULL)
+		{
+			if (q->key.dbid != MyDatabaseId || (q->ready == 0 && q->running == 0) || n >= max)
+				continue;
+			rowsv[3 * n] = Int32GetDatum(q->key.queue_id);
+			rowsv[3 * n + 1] = Int64GetDatum(q->ready);
+			rowsv[3 * n + 2] = Int64GetDatum(q->running);
+			n++;
+		}
+		LWLockRelease(ring->lock);
+	}
+	for (int i = 0; i < n; i++)
+	{
+		bool		nulls[3] = {false, false, false};
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &rowsv[3 * i], nulls);
+	}
+	return (Datum) 0;
+}
+
+/* ---------------------------------------------------------------------
+ * verify(): shared memory against the durable rows
+ * --------------------------------------------------------------------- */
+typedef struct VerifyMem
+{
+	int64		id;				/* key */
+	char		state;			/* 'r' in a lane (or being claimed), 'a' in
+								 * flight */
+	int64		token;
+} VerifyMem;
+
+static void
+verify_add(PgjqVerifyRow **rows, int *n, int *max, const char *object,
+		   const char *expected, const char *found)
+{
+	if (*n == *max)
+	{
+		*max *= 2;
+		*rows = repalloc(*rows, sizeof(PgjqVerifyRow) * *max);
+	}
+	(*rows)[*n].area = "ring";
+	(*rows)[*n].object = pstrdup(object);
+	(*rows)[*n].expected = pstrdup(expected);
+	(*rows)[*n].found = pstrdup(found);
+	(*n)++;
+}
+
+static const char *
+state_name(char st, int64 token)
+{
+	switch (st)
+	{
+		case 'r':
+			return "ready";
+		case 'a':
+			return psprintf("running with token " INT64_FORMAT, token);
+		case 'f':
+			return "finished";
+		default:
+			return "absent";
+	}
+}
+
+/*
+ * One comparison of this database's ring state with its tables: every job
+ * the tables say is ready must be in a lane (or being claimed), every job in
+ * flight must be in the in-flight table with its token, nothing else may be
+ * in either, and each slot's count of unfinished jobs must match.  Returns
+ * the disagreements (rows allocated in the caller's context).
+ */
+static int
+verify_once(PgjqVerifyRow **rows)
+{
+	RbScan		sc;
+	HTAB	   *mem;
+	HASHCTL		ctl;
+	HASH_SEQ_STATUS hs;
+	RbBody	   *b;
+	VerifyMem  *m;
+	RingFlight *f;
+	RingLane   *l;
+	RingDb	   *db;
+	int64		open[RING_NSLOTS] = {0};
+	int64		mem_open[RING_NSLOTS] = {0};
+	int			n = 0,
+				max = 16;
+	bool		ready;
+
+	*rows = palloc(sizeof(PgjqVerifyRow) * max);
+	scan_tables(&sc);
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(int64);
+	ctl.entrysize = sizeof(VerifyMem);
+	ctl.hcxt = CurrentMemoryContext;
+	mem = hash_create("pgjq ring verify", 1024, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	/* shared memory, copied under the lock (no allocation but the hash's) */
+	LWLockAcquire(ring->lock, LW_SHARED);
+	db = ring_db_find();
+	ready = db != NULL && db->ready;
+	if (ready)
+	{
+		for (int s = 0; s < RING_NSLOTS; s++)
+			mem_open[s] = db->slots[s].open;
+		hash_seq_init(&hs, ring_lanes);
+		while ((l = hash_seq_search(&hs)) != NULL)
+		{
+			if (l->key.dbid != MyDatabaseId)
+				continue;
+			for (int32 k = l->head; k >= 0; k = ring->nodes[k].next)
+			{
+				m = hash_search(mem, &ring->nodes[k].p.id, HASH_ENTER, NULL);
+				m->state = 'r';
+				m->token = 0;
+			}
+		}
+		hash_seq_init(&hs, ring_flights);
+		while ((f = hash_seq_search(&hs)) != NULL)
+		{
+			if (f->key.dbid != MyDatabaseId)
+				continue;
+			m = hash_search(mem, &f->key.id, HASH_ENTER, NULL);
+			/* an open transaction's claim is still ready in the tables */
+			m->state = f->state == RF_CLAIMING ? 'r' : 'a';
+			m->token = f->token;
+		}
+	}
+	LWLockRelease(ring->lock);
+	if (!ready)
+		return 0;				/* rebuilt from the tables at its first call */
+
+	hash_seq_init(&hs, sc.bodies);
+	while ((b = hash_seq_search(&hs)) != NULL)
+	{
+		RbClaim    *c;
+		char		st = durable_state(&sc, b, &c);
+		int64		tok = st == 'a' ? c->token : 0;
+		char	   *object = psprintf("job " INT64_FORMAT, b->id);
+
+		m = hash_search(mem, &b->id, HASH_FIND, NULL);
+		if (st != 'f')
+			open[b->slot]++;
+		if (st == 'f' && m != NULL)
+			verify_add(rows, &n, &max, object, "finished", state_name(m->state, m->token));
+		else if (st != 'f' && m == NULL)
+			verify_add(rows, &n, &max, object, state_name(st, tok), "absent");
+		else if (m != NULL && (m->state != st || m->token != tok))
+			verify_add(rows, &n, &max, object, state_name(st, tok),
+					   state_name(m->state, m->token));
+		if (m != NULL)
+			hash_search(mem, &b->id, HASH_REMOVE, NULL);
+	}
+	hash_seq_init(&hs, mem);
+	while ((m = hash_seq_search(&hs)) != NULL)
+		verify_add(rows, &n, &max, psprintf("job " INT64_FORMAT, m->id), "no body",
+				   state_name(m->state, m->token));
+	for (int s = 0; s < RING_NSLOTS; s++)
+		if (open[s] != mem_open[s])
+			verify_add(rows, &n, &max, psprintf("slot %d: unfinished jobs", s),
+					   psprintf(INT64_FORMAT, open[s]), psprintf(INT64_FORMAT, mem_open[s]));
+	return n;
+}
+
+#define RING_VERIFY_TRIES 20
+
+/*
+ * verify()'s ring part.  Transactions that enqueue, claim or finish ring
+ * jobs meanwhile make the two differ for a moment, so a difference counts
+ * only if it is still there after up to a second of tries.
+ */
+int
+pgjq_ring_verify(PgjqVerifyRow **rows)
+{
+	int			n = 0;
+
+	*rows = NULL;
+	if (ring == NULL || !ensure_ready(false))
+		return 0;
+	for (int attempt = 0; attempt < RING_VERIFY_TRIES; attempt++)
+	{
+		if (attempt > 0)
+		{
+			pg_usleep(50000);
+			CHECK_FOR_INTERRUPTS();
+		}
+		n = verify_once(rows);
+		if (n == 0)
+			break;
+	}
+	return n;
+}

@@ -1,0 +1,190 @@
+--
+-- ring: queues on the ring engine (pgjq.engine = 'ring'): the same API and
+-- guarantees as the table engine, the jobs' bodies in pgjq.ring_body_N and
+-- their claims in shared memory; outcomes other than complete move a job
+-- into pgjq.job, where the table engine applies them.
+--
+\set VERBOSITY terse
+
+-- the engine is a superuser setting, 'table' by default
+SHOW pgjq.engine;
+SET pgjq.engine = 'disk';
+\echo :SQLSTATE
+SET pgjq.engine = 'ring';
+
+SELECT pgjq.create_queue('rq', backoff_base => '10 seconds', max_attempts => 2);
+SELECT engine FROM pgjq.queue WHERE name = 'rq';
+
+-- no limits on a ring queue yet: refused with 0A000, nothing created
+SELECT pgjq.create_queue('rq_limited', concurrency => 2);
+\echo :SQLSTATE
+SELECT count(*) AS created FROM pgjq.queue WHERE name = 'rq_limited';
+SELECT pgjq.alter_queue('rq', rate => 5);
+\echo :SQLSTATE
+SELECT rate FROM pgjq.queue WHERE name = 'rq';
+RESET pgjq.engine;
+
+---------------------------------------------------------------- enqueue, claim
+-- bodies are appended once; nothing is in pgjq.job
+SELECT pgjq.enqueue('rq', '{"n": 1}') AS j1 \gset
+SELECT array_agg(id ORDER BY id) AS many
+  FROM pgjq.enqueue_many('rq', ARRAY['{"n": 2}', '{"n": 3}', '{"n": 4}']::jsonb[],
+                         fair_keys => ARRAY['a', 'b', 'a']) AS id \gset
+SELECT pgjq.enqueue('rq', '{"n": 5}', priority => -1) AS urgent \gset
+SELECT count(*) AS table_rows FROM pgjq.job;
+SELECT count(*) AS bodies FROM pgjq.ring_body_0;
+SELECT regress.counts('rq');
+SELECT state, attempt, max_attempts, payload FROM pgjq.job(:j1);
+
+-- the most urgent priority first, then one job per fair key per turn
+CREATE TEMP TABLE held AS
+SELECT c.*, o AS ord FROM pgjq.claim('rq', 3) WITH ORDINALITY AS c(id, token, attempt, payload, fair_key, priority, enqueued_at, lease_until, o);
+SELECT ord, payload->>'n' AS n, fair_key, priority, attempt FROM held ORDER BY ord;
+INSERT INTO held
+SELECT c.*, 3 + o FROM pgjq.claim('rq', 5) WITH ORDINALITY AS c(id, token, attempt, payload, fair_key, priority, enqueued_at, lease_until, o);
+SELECT ord, payload->>'n' AS n FROM held WHERE ord > 3 ORDER BY ord;
+SELECT count(DISTINCT token) AS tokens, count(*) AS jobs FROM held;
+SELECT count(*) AS nothing_left FROM pgjq.claim('rq', 5);
+SELECT regress.counts('rq');
+SELECT id AS last, token AS tok FROM held WHERE ord = 5 \gset
+SELECT state, lease_until > now() AS leased FROM pgjq.job(:last);
+
+-- each claim call wrote one log row with its token, lease and ids
+SELECT kind, cardinality(ids) AS jobs FROM pgjq.ring_log_0 ORDER BY token;
+
+---------------------------------------------------------------- complete
+SELECT pgjq.complete(:last, :tok) AS completed;
+SELECT pgjq.complete(:last, :tok) AS again;
+SELECT pgjq.complete(:last, :tok + 1000) AS wrong_token;
+SELECT state, attempt FROM pgjq.job(:last);
+SELECT regress.counts('rq');
+
+-- complete_and_claim: completes the first, a stale pair changes nothing
+SELECT pgjq.enqueue('rq', '{"n": 6}') AS j6 \gset
+SELECT id AS h1, token AS t1 FROM held WHERE ord = 1 \gset
+SELECT id = :j6 AS claimed_j6, token AS j6_tok
+  FROM pgjq.complete_and_claim('rq', ARRAY[:h1, 424242], ARRAY[:t1, 1], 5) \gset
+SELECT :'claimed_j6' AS claimed_j6;
+SELECT state FROM pgjq.job(:h1);
+SELECT regress.counts('rq');
+
+---------------------------------------------------------------- fail, heartbeat, snooze
+SELECT id AS h2, token AS t2 FROM held WHERE ord = 2 \gset
+SELECT id AS h3, token AS t3 FROM held WHERE ord = 3 \gset
+SELECT id AS h4, token AS t4 FROM held WHERE ord = 4 \gset
+-- fail moves the job into pgjq.job, where the table engine retries it
+SELECT pgjq.fail(:h2, :t2, 'boom') AS fail;
+SELECT state, attempt, last_error FROM pgjq.job(:h2);
+SELECT pgjq.fail(:h2, :t2, 'again') AS stale_fail;
+-- heartbeat: moved too, with its token and a longer lease
+SELECT pgjq.heartbeat(:h3, :t3, '1 hour')
+       > now() + interval '59 minutes' AS extended;
+SELECT pgjq.heartbeat(:h3, :t3 + 1000) IS NULL AS stale_heartbeat;
+SELECT state, lease_until > now() + interval '59 minutes' AS extended FROM pgjq.job(:h3);
+SELECT pgjq.complete(:h3, :t3) AS completed_after_move;
+-- snooze: scheduled in pgjq.job, the attempt given back
+SELECT pgjq.snooze(:h4, :t4, '1 hour') AS snoozed;
+SELECT state, attempt FROM pgjq.job(:h4);
+SELECT regress.counts('rq');
+
+---------------------------------------------------------------- cancel
+-- a ready ring job is cancelled at once
+SELECT pgjq.enqueue('rq', '{"n": 7}') AS j7 \gset
+SELECT pgjq.cancel(:j7) AS cancelled;
+SELECT state FROM pgjq.job(:j7);
+-- a running one gets its cancellation requested
+SELECT pgjq.cancel(:j6) AS requested;
+SELECT state, cancel_requested FROM pgjq.job(:j6);
+SELECT pgjq.complete(:j6, :j6_tok) AS complete_of_cancelled;
+SELECT state FROM pgjq.job(:j6);
+SELECT regress.counts('rq');
+
+---------------------------------------------------------------- the table engine's jobs
+-- delayed jobs and jobs with a dedup_key are pgjq.job's; claims look there
+-- first while it may have ready jobs of the queue
+SELECT pgjq.enqueue('rq', '{"n": "delayed"}', delay => '1 hour') AS delayed \gset
+SELECT pgjq.enqueue('rq', '{"n": "dedup"}', dedup_key => 'k') AS dedup \gset
+SELECT pgjq.enqueue('rq', '{"n": "dedup again"}', dedup_key => 'k') = :dedup AS deduplicated;
+SELECT pgjq.enqueue('rq', '{"n": 8}') AS j8 \gset
+SELECT state FROM pgjq.job(:delayed);
+CREATE TEMP TABLE held2 AS SELECT * FROM pgjq.claim('rq', 1);
+INSERT INTO held2 SELECT * FROM pgjq.claim('rq', 1);
+SELECT payload->>'n' AS n FROM held2;
+SELECT regress.counts('rq');
+
+---------------------------------------------------------------- transactions
+-- a producer's jobs are claimable when it commits, not before: a claim in
+-- the same transaction does not see them
+BEGIN;
+SELECT pgjq.enqueue('rq', '{"n": "own"}') AS own \gset
+SELECT count(*) AS own_visible FROM pgjq.claim('rq', 5);
+COMMIT;
+SELECT payload->>'n' AS n, token AS own_tok FROM pgjq.claim('rq', 5) \gset
+-- a rolled-back savepoint: its jobs are never published, its claims and
+-- completions undone
+BEGIN;
+SAVEPOINT s;
+SELECT pgjq.enqueue('rq', '{"n": "rolled back"}') IS NOT NULL AS enqueued;
+ROLLBACK TO SAVEPOINT s;
+SELECT pgjq.complete(:own, :own_tok) AS completed_in_tx;
+SAVEPOINT t;
+SELECT pgjq.enqueue('rq', '{"n": "kept"}') IS NOT NULL AS enqueued;
+RELEASE SAVEPOINT t;
+ROLLBACK;
+SELECT state FROM pgjq.job(:own);
+SELECT count(*) AS claimable FROM pgjq.claim('rq', 5);
+SELECT pgjq.complete(:own, :own_tok) AS completed;
+-- a claim and its completion in one transaction
+SELECT pgjq.enqueue('rq', '{"n": "one tx"}') AS onetx \gset
+BEGIN;
+SELECT pgjq.complete(id, token) AS completed FROM pgjq.claim('rq', 1);
+COMMIT;
+SELECT state FROM pgjq.job(:onetx);
+-- two-phase commit is refused, as for NOTIFY
+BEGIN;
+SELECT pgjq.enqueue('rq', '{"n": "2pc"}') IS NOT NULL AS enqueued;
+PREPARE TRANSACTION 'ring2pc';
+\echo :SQLSTATE
+SELECT regress.counts('rq');
+
+---------------------------------------------------------------- space back by TRUNCATE
+-- with two bodies per slot, producers move on and finished slots are emptied
+-- (a slot still holding a running job would keep the ring from moving on)
+SELECT pgjq.complete(array_agg(id), array_agg(token)) AS completed FROM held2;
+SET pgjq.ring_slot_rows = 2;
+SELECT pgjq.enqueue_many('rq', ARRAY['{}', '{}']::jsonb[]) IS NOT NULL AS enqueued;
+SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+SELECT pgjq.enqueue_many('rq', ARRAY['{}', '{}']::jsonb[]) IS NOT NULL AS enqueued;
+SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+SELECT pgjq.enqueue_many('rq', ARRAY['{}', '{}']::jsonb[]) IS NOT NULL AS enqueued;
+SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+RESET pgjq.ring_slot_rows;
+-- every slot but the current one is empty again: bodies and log rows gone
+SELECT count(*) FILTER (WHERE pg_relation_size(c.oid) = 0) >= 3 AS slots_truncated
+  FROM pg_class c
+ WHERE c.relnamespace = 'pgjq'::regnamespace AND c.relname LIKE 'ring\_body\__';
+SELECT n_dead_tup = 0 AS no_dead_tuples FROM pg_stat_user_tables WHERE relname = 'ring_body_0';
+-- shared memory agrees with the ring's tables
+SELECT * FROM pgjq.verify();
+-- and verify() says so when they do not: a forged log row that closes a
+-- ready job (the tables now call it finished, shared memory still ready)
+SELECT pgjq.enqueue('rq', '{"n": "forged"}') AS forged \gset
+INSERT INTO pgjq.ring_log_0 VALUES (9999999, now(), 'd', ARRAY[:forged]::bigint[]);
+SELECT area, replace(object, :'forged', 'F') AS object, expected, found FROM pgjq.verify();
+DELETE FROM pgjq.ring_log_0 WHERE token = 9999999;
+SELECT * FROM pgjq.verify();
+
+---------------------------------------------------------------- purge, drop
+SELECT pgjq.enqueue_many('rq', ARRAY['{}', '{}', '{}']::jsonb[]) IS NOT NULL AS enqueued;
+SELECT id AS held, token AS held_tok FROM pgjq.claim('rq', 1) \gset
+SELECT pgjq.purge('rq') AS purged;
+SELECT regress.counts('rq');
+-- a running ring job keeps drop_queue from dropping, unless forced
+SELECT pgjq.drop_queue('rq');
+\echo :SQLSTATE
+SELECT count(*) AS still_there FROM pgjq.queue WHERE name = 'rq';
+SELECT pgjq.drop_queue('rq', force => true);
+SELECT pgjq.complete(:held, :held_tok) AS complete_after_drop;
+SELECT count(*) AS ring_counts FROM pgjq._ring_counts();
+SELECT * FROM pgjq.verify();
