@@ -210,6 +210,8 @@ typedef struct RingPendingId
 extern void ring_note_enqueued(const RingPos *p, RingLane *lane);
 extern void ring_reserve_local(int nenq, int nclaim, int nclose);
 extern void ring_note_claimed(int64 id);
+extern void ring_reserve_dropped(int n);
+extern void ring_note_dropped(const RingPos *p, RingLane *lane);
 extern void ring_note_closed(int64 id, bool was_claiming);
 extern bool ring_note_writer(int slot);
 extern bool ring_writing(void);

@@ -499,6 +499,17 @@ static RingPendingId *p_close = NULL;
 static int	n_close = 0,
 			max_close = 0;
 
+/*
+ * Ready positions this transaction took out of their lanes for purge or
+ * drop_queue: gone when it commits, back at the front of their lanes if it
+ * aborts.  Their lanes stay pinned and their nodes reserved until then, so
+ * the abort cannot fail.  (Unlike claims they need no in-flight entry, so a
+ * purge of millions of jobs is bounded by nothing but local memory.)
+ */
+static RingPendingEnq *p_drop = NULL;
+static int	n_drop = 0,
+			max_drop = 0;
+
 /* queues whose table_maybe flag this transaction sets when it ends */
 typedef struct TableTouch
 {
@@ -550,6 +561,25 @@ ring_note_enqueued(const RingPos *p, RingLane *lane)
 	p_enq[n_enq].level = GetCurrentTransactionNestLevel();
 	n_enq++;
 	my_reserved++;
+}
+
+/* lock held: p was popped from lane for a purge; caller reserved room */
+void
+ring_note_dropped(const RingPos *p, RingLane *lane)
+{
+	Assert(n_drop < max_drop);
+	p_drop[n_drop].p = *p;
+	p_drop[n_drop].lane = lane;
+	p_drop[n_drop].level = GetCurrentTransactionNestLevel();
+	n_drop++;
+	lane->pinned++;
+	ring->reserved++;
+}
+
+void
+ring_reserve_dropped(int n)
+{
+	p_drop = grow(p_drop, &max_drop, n_drop + n, sizeof(RingPendingEnq));
 }
 
 void
@@ -625,7 +655,7 @@ ring_note_table_touch(int32 queue_id, bool at_commit_only)
 static void
 reset_local(void)
 {
-	n_enq = n_claim = n_close = n_touch = 0;
+	n_enq = n_claim = n_close = n_touch = n_drop = 0;
 	if (any_writer)
 		memset(my_writer, 0, sizeof(my_writer));
 	any_writer = false;
@@ -636,8 +666,8 @@ reset_local(void)
 static bool
 has_pending(void)
 {
-	return n_enq > 0 || n_claim > 0 || n_close > 0 || n_touch > 0 || any_writer ||
-		my_truncating >= 0;
+	return n_enq > 0 || n_claim > 0 || n_close > 0 || n_touch > 0 || n_drop > 0 ||
+		any_writer || my_truncating >= 0;
 }
 
 /* lock held: set the table flag of the touched queues (commit or not) */
@@ -741,6 +771,29 @@ undo_closes(int from)
 	n_close = keep;
 }
 
+/* lock held: purged positions with level >= from go back, newest first */
+static void
+undo_drops(int from)
+{
+	int			keep = 0;
+
+	for (int i = n_drop - 1; i >= 0; i--)
+	{
+		RingLane   *l = p_drop[i].lane;
+
+		if (p_drop[i].level < from)
+			continue;
+		ring->reserved--;		/* the reserved node takes it back */
+		ring_lane_push_front(l, &p_drop[i].p);
+		l->pinned--;
+		ring_lane_settle(l);
+	}
+	for (int i = 0; i < n_drop; i++)
+		if (p_drop[i].level < from)
+			p_drop[keep++] = p_drop[i];
+	n_drop = keep;
+}
+
 /* lock held: producers' positions with level >= from are never published */
 static void
 undo_enqueues(int from)
@@ -782,7 +835,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			pgjq_crash_point("commit");
 			/* only table-engine jobs became ready: most often no ring queue */
-			if (n_enq == 0 && n_claim == 0 && n_close == 0 && !any_writer &&
+			if (n_enq == 0 && n_claim == 0 && n_close == 0 && n_drop == 0 && !any_writer &&
 				my_truncating < 0 && !touches_ring_queue())
 			{
 				reset_local();
@@ -833,6 +886,16 @@ xact_callback(XactEvent event, void *arg)
 					ring_lane_settle(l);
 				}
 			}
+			for (int i = 0; i < n_drop; i++)
+			{
+				RingLane   *l = p_drop[i].lane;
+
+				if (db)
+					db->slots[p_drop[i].p.slot].open--;
+				ring->reserved--;
+				l->pinned--;
+				ring_lane_settle(l);
+			}
 			touch_tables(true, 0);
 			if (my_truncating >= 0 && db)
 			{
@@ -858,6 +921,7 @@ xact_callback(XactEvent event, void *arg)
 					db->slots[s].writers--;
 			undo_closes(0);
 			undo_claims(0);
+			undo_drops(0);
 			touch_tables(false, 0);
 			if (my_truncating >= 0 && db)
 				db->slots[my_truncating].truncating = false;
@@ -886,6 +950,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		undo_enqueues(level);
 		undo_closes(level);
 		undo_claims(level);
+		undo_drops(level);
 		touch_tables(false, level);
 		for (int i = 0; i < n_touch; i++)
 			if (p_touch[i].level < level)
@@ -915,6 +980,9 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		for (int i = 0; i < n_touch; i++)
 			if (p_touch[i].level >= level)
 				p_touch[i].level = level - 1;
+		for (int i = 0; i < n_drop; i++)
+			if (p_drop[i].level >= level)
+				p_drop[i].level = level - 1;
 		if (my_truncating >= 0 && my_truncating_level >= level)
 			my_truncating_level = level - 1;
 	}

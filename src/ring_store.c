@@ -1291,60 +1291,44 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 	if (drop && running > 0 && !force)
 		return running;
 
-	/* the ready jobs: taken as claims of this transaction, closed at once */
+	/*
+	 * The ready jobs: out of their lanes until this transaction ends, one 'x'
+	 * log row per thousand (a closing row implies its claim, so the rebuild
+	 * finds them finished).
+	 */
 	for (;;)
 	{
 		int64		tok = 0;
 		int64		ids[1000];
 		int			k = 0;
 		RingQueue  *q;
+		bool		any;
 
-		ring_reserve_local(0, 1000, 1000);
 		LWLockAcquire(ring->lock, LW_SHARED);
 		q = ring_queue_get(queue_id, false);
-		k = (q != NULL && q->ready > 0);
+		any = q != NULL && q->ready > 0;
 		LWLockRelease(ring->lock);
-		if (k == 0)
+		if (!any)
 			break;
-		k = 0;
+		ring_reserve_dropped(1000);
 		tok = next_token(&tok);
 		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
 		q = ring_queue_get(queue_id, false);
 		while (q != NULL && k < 1000)
 		{
 			RingLane   *l = ring_next_lane(q);
-			RingFlight *f;
 			RingPos		p;
 
 			if (l == NULL)
 				break;
-			f = ring_flight_enter(ring->nodes[l->head].p.id);
-			if (f == NULL)
-				break;
 			ring_lane_pop_front(l, &p);
-			l->running++;
-			q->running++;
-			memset(((char *) f) + sizeof(RingFlightKey), 0, sizeof(RingFlight) - sizeof(RingFlightKey));
-			f->token = tok;
-			f->xid = xid;
-			f->tid = p.tid;
-			f->slot = p.slot;
-			f->state = RF_CLOSING;
-			f->queue_id = queue_id;
-			f->lane = l;
+			ring_note_dropped(&p, l);
 			ring_lane_settle(l);
-			ring->held++;
-			ring_note_claimed(p.id);
-			ring_note_closed(p.id, true);
 			ids[k++] = p.id;
 		}
 		LWLockRelease(ring->lock);
-		if (k == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("pgjq's ring engine has no room for more jobs in flight"),
-					 errhint("Raise pgjq.ring_max_in_flight and restart the server.")));
-		log_append(tok, GetCurrentTimestamp(), 'x', ids, k);
+		if (k > 0)
+			log_append(tok, GetCurrentTimestamp(), 'x', ids, k);
 		*nready += k;
 	}
 
