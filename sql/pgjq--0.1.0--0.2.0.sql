@@ -229,8 +229,9 @@ AS $$
 	 LIMIT 1
 $$;
 
-/* Internal: ready and running ring jobs per queue, from shared memory. */
-CREATE FUNCTION pgjq._ring_counts(OUT queue_id integer, OUT ready bigint, OUT running bigint)
+/* Internal: ready and running ring jobs per queue and the oldest ready one's enqueue time, from shared memory. */
+CREATE FUNCTION pgjq._ring_counts(OUT queue_id integer, OUT ready bigint, OUT running bigint,
+	OUT oldest_ready timestamptz)
 RETURNS SETOF record
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_ring_counts_sql';
@@ -244,7 +245,7 @@ CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
 		   COALESCE(f.dead, 0) AS dead,
 		   COALESCE(c.completed, 0)::bigint AS completed,
 		   COALESCE(f.cancelled, 0) AS cancelled,
-		   pg_catalog.now() OPERATOR(pg_catalog.-) u.oldest_ready AS oldest_ready_age,
+		   pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(u.oldest_ready, r.oldest_ready) AS oldest_ready_age,
 		   u.next_run_at,
 		   q.concurrency,
 		   q.key_concurrency,

@@ -506,9 +506,10 @@ pgjq_complete_and_claim(PG_FUNCTION_ARGS)
 /* Queues of $1 that are not paused and have a ready job, with their limits. */
 static PgjqPlan plan_ready = {
 	"SELECT q.queue_id, coalesce(q.concurrency, 0), coalesce(q.key_concurrency, 0),"
-	"       coalesce(q.rate, 0), coalesce(q.burst, 0) FROM pgjq.queue q"
-	" WHERE q.queue_id = ANY ($1) AND NOT q.paused"
-	"   AND EXISTS (SELECT 1 FROM pgjq.job j WHERE j.queue_id = q.queue_id AND j.state = 'r')",
+	"       coalesce(q.rate, 0), coalesce(q.burst, 0),"
+	"       EXISTS (SELECT 1 FROM pgjq.job j WHERE j.queue_id = q.queue_id AND j.state = 'r')"
+	"  FROM pgjq.queue q"
+	" WHERE q.queue_id = ANY ($1) AND NOT q.paused",
 	1, {INT4ARRAYOID}
 };
 
@@ -616,12 +617,25 @@ pgjq_await_ready(PG_FUNCTION_ARGS)
 		rows[r].key_concurrency = DatumGetInt32(pgjq_spi_get(r, 3, &isnull));
 		rows[r].rate = DatumGetFloat8(pgjq_spi_get(r, 4, &isnull));
 		rows[r].burst = DatumGetInt32(pgjq_spi_get(r, 5, &isnull));
+		/* ready in pgjq.job, or in the ring (ring.h): else not a candidate */
+		if (!DatumGetBool(pgjq_spi_get(r, 6, &isnull)))
+		{
+			int64		ring_ready,
+						ring_running;
+			TimestampTz oldest;
+
+			pgjq_ring_counts(rows[r].queue_id, &ring_ready, &ring_running, &oldest);
+			if (ring_ready == 0)
+				rows[r].queue_id = 0;
+		}
 	}
 	for (int r = 0; r < nrows && !ready; r++)
 	{
 		PgjqQueue  *q = &rows[r];
 		int64		token_in_us;
 
+		if (q->queue_id == 0)
+			continue;			/* nothing ready */
 		if (pgjq_limits_queue_full(q->queue_id, q->concurrency))
 			continue;
 		if (q->key_concurrency > 0 && !ready_key_below_limit(q->queue_id, q->key_concurrency))

@@ -97,7 +97,10 @@ extern int64 pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *r
 /* verify(): where shared memory and the ring's tables disagree */
 extern int	pgjq_ring_verify(PgjqVerifyRow **rows);
 
-/* the ring's ready and running jobs of a queue (shared memory) */
-extern void pgjq_ring_counts(int32 queue_id, int64 *ready, int64 *running);
+/*
+ * the ring's ready and running jobs of a queue, and when its oldest ready
+ * job was enqueued (0: none), from shared memory
+ */
+extern void pgjq_ring_counts(int32 queue_id, int64 *ready, int64 *running, TimestampTz *oldest);
 
 #endif							/* PGJQ_RING_H */

@@ -37,6 +37,7 @@
 typedef struct RingPos
 {
 	int64		id;
+	TimestampTz enqueued_at;	/* for oldest_ready_age and the history */
 	ItemPointerData tid;
 	uint16		slot;
 } RingPos;
@@ -218,5 +219,6 @@ extern bool ring_writing(void);
 extern void ring_note_truncating(int slot);
 extern bool ring_truncating(void);
 extern void ring_note_table_touch(int32 queue_id, bool at_commit_only);
+extern bool ring_touched_here(int32 queue_id);
 
 #endif							/* PGJQ_RING_INTERNAL_H */

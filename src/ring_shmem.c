@@ -652,6 +652,16 @@ ring_note_table_touch(int32 queue_id, bool at_commit_only)
 	n_touch++;
 }
 
+/* Did this transaction make table-engine jobs of the queue ready? */
+bool
+ring_touched_here(int32 queue_id)
+{
+	for (int i = 0; i < n_touch; i++)
+		if (p_touch[i].queue_id == queue_id && p_touch[i].at_commit_only)
+			return true;
+	return false;
+}
+
 static void
 reset_local(void)
 {
@@ -724,6 +734,7 @@ undo_claims(int from)
 		if (f == NULL || f->state != RF_CLAIMING)
 			continue;			/* cannot happen; never fail here */
 		p.id = f->key.id;
+		p.enqueued_at = f->enqueued_at;
 		p.tid = f->tid;
 		p.slot = f->slot;
 		l = f->lane;

@@ -642,6 +642,7 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 		RingPos		p;
 
 		p.id = rows[i].id;
+		p.enqueued_at = rows[i].enqueued_at;
 		p.tid = tids[i];
 		p.slot = s;
 		ring_note_enqueued(&p, lanes[i]);
@@ -717,7 +718,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		q->running++;
 		f->token = tok;
 		f->lease_until = lease_until;
-		f->enqueued_at = 0;
+		f->enqueued_at = p.enqueued_at;
 		f->xid = xid;
 		f->tid = p.tid;
 		f->slot = p.slot;
@@ -791,6 +792,9 @@ pgjq_ring_table_first(int32 queue_id, uint64 *gen)
 
 	*gen = 0;
 	if (ring == NULL)
+		return true;
+	/* this transaction made table jobs of the queue ready: it sees them */
+	if (ring_touched_here(queue_id))
 		return true;
 
 	/*
@@ -871,6 +875,14 @@ close_claims(int n, const int64 *ids, const int64 *toks, bool *found, bool *ok,
 			XactLockTableWait(other, NULL, NULL, XLTW_None);
 			LWLockAcquire(ring->lock, LW_EXCLUSIVE);
 		}
+
+		/*
+		 * A job this transaction already closed (completed, moved to pgjq.job
+		 * or taken out) is no ring job for it any more: the table engine
+		 * answers (a moved job is there, a completed one is stale).
+		 */
+		if (f != NULL && f->state == RF_CLOSING && f->xid == xid)
+			f = NULL;
 		found[i] = f != NULL;
 		ok[i] = false;
 		if (f == NULL || (toks[i] != 0 && f->token != toks[i]))
@@ -1034,7 +1046,8 @@ move_to_table(const RingFlight *f, char state)
 	values[3] = Int16GetDatum(b.priority);
 	values[4] = b.fair_key;
 	nulls[4] = b.fair_key == (Datum) 0 ? 'n' : ' ';
-	values[5] = Int32GetDatum(b.attempt);
+	/* pgjq.job counts attempts made: a ready row's claim adds this one */
+	values[5] = Int32GetDatum(state == 'a' ? b.attempt : b.attempt - 1);
 	values[6] = Int32GetDatum(b.max_attempts);
 	values[7] = Int64GetDatum(f->token);
 	values[8] = TimestampTzGetDatum(b.enqueued_at);
@@ -1374,12 +1387,39 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 	return running;
 }
 
+/* lock held: the enqueue time of the queue's oldest ready job, 0 if none */
+static TimestampTz
+oldest_ready(RingQueue *q)
+{
+	TimestampTz oldest = 0;
+
+	/* the head of each lane is its oldest job; linked lanes have one */
+	for (int i = 0; i < q->nprios; i++)
+	{
+		RingLane   *h = q->prios[i].head;
+		RingLane   *l = h;
+
+		while (l != NULL)
+		{
+			TimestampTz t = ring->nodes[l->head].p.enqueued_at;
+
+			if (oldest == 0 || t < oldest)
+				oldest = t;
+			l = l->next;
+			if (l == h)
+				break;
+		}
+	}
+	return oldest;
+}
+
 void
-pgjq_ring_counts(int32 queue_id, int64 *ready, int64 *running)
+pgjq_ring_counts(int32 queue_id, int64 *ready, int64 *running, TimestampTz *oldest)
 {
 	RingQueue  *q;
 
 	*ready = *running = 0;
+	*oldest = 0;
 	if (ring == NULL || !ensure_ready(false))
 		return;
 	LWLockAcquire(ring->lock, LW_SHARED);
@@ -1388,6 +1428,7 @@ pgjq_ring_counts(int32 queue_id, int64 *ready, int64 *running)
 	{
 		*ready = q->ready;
 		*running = q->running;
+		*oldest = oldest_ready(q);
 	}
 	LWLockRelease(ring->lock);
 }
@@ -1683,6 +1724,7 @@ rebuild(void)
 				break;
 			}
 			p.id = b->id;
+			p.enqueued_at = b->enqueued_at;
 			p.tid = b->tid;
 			p.slot = b->slot;
 			ring_lane_push_back(l, &p);
@@ -1810,7 +1852,12 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 		}
 		values[2] = CStringGetTextDatum(running ? "running" : "ready");
 		nulls[2] = false;
-		values[3] = Int32GetDatum(b.attempt);
+
+		/*
+		 * attempts made so far, as pgjq.job counts them: a ready job has not
+		 * run this one
+		 */
+		values[3] = Int32GetDatum(running ? b.attempt : b.attempt - 1);
 		nulls[3] = false;
 		values[4] = Int32GetDatum(b.max_attempts);
 		nulls[4] = false;
@@ -1843,7 +1890,7 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(pgjq_ring_counts_sql);
 
-/* pgjq._ring_counts(): (queue_id, ready, running) of this database's ring queues */
+/* pgjq._ring_counts(): (queue_id, ready, running, oldest_ready) of this database's ring queues */
 Datum
 pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 {
@@ -1857,7 +1904,7 @@ pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (ring == NULL || !ensure_ready(false))
 		return (Datum) 0;
-	rowsv = palloc(sizeof(Datum) * 3 * max);
+	rowsv = palloc(sizeof(Datum) * 4 * max);
 	LWLockAcquire(ring->lock, LW_SHARED);
 	hash_seq_init(&hs, ring_queues);
 	while ((q = hash_seq_search(&hs)) != NULL)
@@ -1870,9 +1917,10 @@ pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 			hash_seq_term(&hs);
 			break;
 		}
-		rowsv[3 * n] = Int32GetDatum(q->key.queue_id);
-		rowsv[3 * n + 1] = Int64GetDatum(q->ready);
-		rowsv[3 * n + 2] = Int64GetDatum(q->running);
+		rowsv[4 * n] = Int32GetDatum(q->key.queue_id);
+		rowsv[4 * n + 1] = Int64GetDatum(q->ready);
+		rowsv[4 * n + 2] = Int64GetDatum(q->running);
+		rowsv[4 * n + 3] = TimestampTzGetDatum(oldest_ready(q));
 		n++;
 	}
 	LWLockRelease(ring->lock);
@@ -1880,7 +1928,7 @@ pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 	{
 		/* many queues: once more with room for all of them */
 		max = pgjq_ring_max_queues;
-		rowsv = repalloc(rowsv, sizeof(Datum) * 3 * max);
+		rowsv = repalloc(rowsv, sizeof(Datum) * 4 * max);
 		n = 0;
 		LWLockAcquire(ring->lock, LW_SHARED);
 		hash_seq_init(&hs, ring_queues);
@@ -1888,18 +1936,19 @@ pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 		{
 			if (q->key.dbid != MyDatabaseId || (q->ready == 0 && q->running == 0) || n >= max)
 				continue;
-			rowsv[3 * n] = Int32GetDatum(q->key.queue_id);
-			rowsv[3 * n + 1] = Int64GetDatum(q->ready);
-			rowsv[3 * n + 2] = Int64GetDatum(q->running);
+			rowsv[4 * n] = Int32GetDatum(q->key.queue_id);
+			rowsv[4 * n + 1] = Int64GetDatum(q->ready);
+			rowsv[4 * n + 2] = Int64GetDatum(q->running);
+			rowsv[4 * n + 3] = TimestampTzGetDatum(oldest_ready(q));
 			n++;
 		}
 		LWLockRelease(ring->lock);
 	}
 	for (int i = 0; i < n; i++)
 	{
-		bool		nulls[3] = {false, false, false};
+		bool		nulls[4] = {false, false, false, DatumGetTimestampTz(rowsv[4 * i + 3]) == 0};
 
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &rowsv[3 * i], nulls);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &rowsv[4 * i], nulls);
 	}
 	return (Datum) 0;
 }

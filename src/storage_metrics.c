@@ -82,10 +82,19 @@ pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueGauges **gau
 		{
 			int64		ready,
 						running;
+			TimestampTz oldest;
 
-			pgjq_ring_counts(g[r].queue_id, &ready, &running);
+			pgjq_ring_counts(g[r].queue_id, &ready, &running, &oldest);
 			g[r].ready += ready;
 			g[r].running += running;
+			if (oldest != 0)
+			{
+				double		age = (double) (now - oldest) / USECS_PER_SEC;
+
+				if (!g[r].has_oldest_ready || age > g[r].oldest_ready_age)
+					g[r].oldest_ready_age = age;
+				g[r].has_oldest_ready = true;
+			}
 		}
 	}
 	MemoryContextSwitchTo(old);
