@@ -128,6 +128,7 @@ typedef struct RingFlight
 	ItemPointerData tid;
 	uint16		slot;
 	uint8		state;
+	bool		pending;		/* its enqueue is this claimer's, uncommitted */
 	int32		attempt;
 	int32		queue_id;
 	RingLane   *lane;			/* its running count is one of this entry */
@@ -199,6 +200,7 @@ typedef struct RingPendingEnq
 	RingPos		p;
 	RingLane   *lane;			/* pinned */
 	int			level;
+	bool		claimed;		/* claimed by this same transaction */
 } RingPendingEnq;
 
 typedef struct RingPendingId
@@ -211,6 +213,9 @@ typedef struct RingPendingId
 extern void ring_note_enqueued(const RingPos *p, RingLane *lane);
 extern void ring_reserve_local(int nenq, int nclaim, int nclose);
 extern void ring_note_claimed(int64 id);
+extern int	ring_take_own(int32 queue_id, int max, RingPos *out, RingLane **lanes);
+extern void ring_take_own_undo(const RingPos *pos, int n);
+extern bool ring_has_own(int32 queue_id);
 extern void ring_reserve_dropped(int n);
 extern void ring_note_dropped(const RingPos *p, RingLane *lane);
 extern void ring_note_closed(int64 id, bool was_claiming);

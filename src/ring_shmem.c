@@ -159,7 +159,7 @@ ring_clear_db(RingDb *db)
 	while ((f = hash_seq_search(&hs)) != NULL)
 		if (f->key.dbid == db->dbid)
 		{
-			if (f->state == RF_CLAIMING)
+			if (f->state == RF_CLAIMING && !f->pending)
 				ring->held--;
 			hash_search(ring_flights, &f->key, HASH_REMOVE, NULL);
 		}
@@ -559,8 +559,52 @@ ring_note_enqueued(const RingPos *p, RingLane *lane)
 	p_enq[n_enq].p = *p;
 	p_enq[n_enq].lane = lane;
 	p_enq[n_enq].level = GetCurrentTransactionNestLevel();
+	p_enq[n_enq].claimed = false;
 	n_enq++;
 	my_reserved++;
+}
+
+/* Does this transaction have jobs of the queue enqueued and not claimed? */
+bool
+ring_has_own(int32 queue_id)
+{
+	for (int i = 0; i < n_enq; i++)
+		if (!p_enq[i].claimed && p_enq[i].lane->key.queue_id == queue_id)
+			return true;
+	return false;
+}
+
+/* ring_take_own's jobs that could not be claimed after all: pending again */
+void
+ring_take_own_undo(const RingPos *pos, int n)
+{
+	for (int k = 0; k < n; k++)
+		for (int i = 0; i < n_enq; i++)
+			if (p_enq[i].p.id == pos[k].id)
+				p_enq[i].claimed = false;
+}
+
+/*
+ * Lock held: up to max jobs of the queue that this transaction enqueued and
+ * has not claimed yet, in enqueue order, marked claimed.  A claim sees its
+ * own transaction's jobs, as a claim of pgjq.job sees its own rows; such a
+ * job is never in a lane: at commit it is in flight, at abort it is gone.
+ */
+int
+ring_take_own(int32 queue_id, int max, RingPos *out, RingLane **lanes)
+{
+	int			k = 0;
+
+	for (int i = 0; i < n_enq && k < max; i++)
+	{
+		if (p_enq[i].claimed || p_enq[i].lane->key.queue_id != queue_id)
+			continue;
+		p_enq[i].claimed = true;
+		out[k] = p_enq[i].p;
+		lanes[k] = p_enq[i].lane;
+		k++;
+	}
+	return k;
 }
 
 /* lock held: p was popped from lane for a purge; caller reserved room */
@@ -733,6 +777,19 @@ undo_claims(int from)
 		f = ring_flight_find(p_claim[i].id);
 		if (f == NULL || f->state != RF_CLAIMING)
 			continue;			/* cannot happen; never fail here */
+		if (f->pending)
+		{
+			/* its own enqueue: pending again if that still stands */
+			for (int j = 0; j < n_enq; j++)
+				if (p_enq[j].p.id == f->key.id)
+					p_enq[j].claimed = false;
+			l = f->lane;
+			l->running--;
+			l->queue->running--;
+			ring_flight_remove(p_claim[i].id);
+			ring_lane_settle(l);
+			continue;
+		}
 		p.id = f->key.id;
 		p.enqueued_at = f->enqueued_at;
 		p.tid = f->tid;
@@ -858,7 +915,9 @@ xact_callback(XactEvent event, void *arg)
 			{
 				RingLane   *l = p_enq[i].lane;
 
-				ring_lane_push_back(l, &p_enq[i].p);
+				/* a job this transaction claimed is in flight, not ready */
+				if (!p_enq[i].claimed)
+					ring_lane_push_back(l, &p_enq[i].p);
 				l->pinned--;
 				ring_lane_settle(l);
 				if (db)
@@ -876,7 +935,9 @@ xact_callback(XactEvent event, void *arg)
 				{
 					f->state = RF_OPEN;
 					f->xid = InvalidTransactionId;
-					ring->held--;
+					if (!f->pending)
+						ring->held--;
+					f->pending = false;
 				}
 			}
 			for (int i = 0; i < n_close; i++)
@@ -891,7 +952,7 @@ xact_callback(XactEvent event, void *arg)
 						db->slots[f->slot].open--;
 					l->running--;
 					l->queue->running--;
-					if (p_close[i].was_claiming)
+					if (p_close[i].was_claiming && !f->pending)
 						ring->held--;
 					ring_flight_remove(p_close[i].id);
 					ring_lane_settle(l);

@@ -686,7 +686,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	/* an empty poll draws no token and writes nothing */
 	LWLockAcquire(ring->lock, LW_SHARED);
 	q = ring_queue_get(queue->queue_id, false);
-	any = q != NULL && q->ready > 0;
+	any = q != NULL && (q->ready > 0 || ring_has_own(queue->queue_id));
 	LWLockRelease(ring->lock);
 	if (!any)
 		return 0;
@@ -718,6 +718,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		q->running++;
 		f->token = tok;
 		f->lease_until = lease_until;
+		f->pending = false;
 		f->enqueued_at = p.enqueued_at;
 		f->xid = xid;
 		f->tid = p.tid;
@@ -732,6 +733,44 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		gotids[k] = p.id;
 		ring_note_claimed(p.id);
 		k++;
+	}
+	/* then this transaction's own jobs, which no other claim can see */
+	if (q != NULL && k < batch)
+	{
+		RingPos    *own = palloc(sizeof(RingPos) * (batch - k));
+		RingLane  **lanes = palloc(sizeof(RingLane *) * (batch - k));
+		int			nown;
+
+		nown = ring_take_own(queue->queue_id, batch - k, own, lanes);
+		for (int i = 0; i < nown; i++)
+		{
+			RingFlight *f = ring_flight_enter(own[i].id);
+
+			if (f == NULL)
+			{
+				/* give the rest back: they stay pending */
+				ring_take_own_undo(own + i, nown - i);
+				in_flight_full = true;
+				break;
+			}
+			lanes[i]->running++;
+			q->running++;
+			f->token = tok;
+			f->lease_until = lease_until;
+			f->pending = true;
+			f->enqueued_at = own[i].enqueued_at;
+			f->xid = xid;
+			f->tid = own[i].tid;
+			f->slot = own[i].slot;
+			f->state = RF_CLAIMING;
+			f->attempt = 1;
+			f->queue_id = queue->queue_id;
+			f->lane = lanes[i];
+			got[k] = own[i];
+			gotids[k] = own[i].id;
+			ring_note_claimed(own[i].id);
+			k++;
+		}
 	}
 	LWLockRelease(ring->lock);
 	if (k == 0 && in_flight_full)
@@ -1185,6 +1224,7 @@ pgjq_ring_take_ready(int64 id)
 		l->queue->running++;
 		f->token = tok;
 		f->lease_until = 0;
+		f->pending = false;
 		f->enqueued_at = b.enqueued_at;
 		f->xid = GetTopTransactionId();
 		f->tid = p.tid;
@@ -1700,6 +1740,7 @@ rebuild(void)
 				break;
 			}
 			f->token = c->token;
+			f->pending = false;
 			/* a claim whose 'c' row is gone (cannot happen): expired now */
 			f->lease_until = c->lease_until;
 			f->enqueued_at = b->enqueued_at;

@@ -113,13 +113,37 @@ SELECT payload->>'n' AS n FROM held2;
 SELECT regress.counts('rq');
 
 ---------------------------------------------------------------- transactions
--- a producer's jobs are claimable when it commits, not before: a claim in
--- the same transaction does not see them
+-- a producer's jobs are claimable by others when it commits (ring_race.spec);
+-- a claim in the same transaction sees them, as on pgjq.job
 BEGIN;
 SELECT pgjq.enqueue('rq', '{"n": "own"}') AS own \gset
-SELECT count(*) AS own_visible FROM pgjq.claim('rq', 5);
-COMMIT;
 SELECT payload->>'n' AS n, token AS own_tok FROM pgjq.claim('rq', 5) \gset
+SELECT :'n' AS own_claimed;
+COMMIT;
+SELECT state FROM pgjq.job(:own);
+-- enqueued, claimed and completed in one transaction
+BEGIN;
+SELECT pgjq.enqueue('rq', '{"n": "all in one"}') AS aio \gset
+SELECT id = :aio AS same, pgjq.complete(id, token) AS completed FROM pgjq.claim('rq', 5);
+COMMIT;
+SELECT state FROM pgjq.job(:aio);
+-- enqueued and claimed in a transaction that rolls back: gone
+BEGIN;
+SELECT pgjq.enqueue('rq', '{"n": "never"}') IS NOT NULL AS enqueued;
+SELECT count(*) AS claimed FROM pgjq.claim('rq', 5);
+ROLLBACK;
+SELECT count(*) AS nothing_claimable FROM pgjq.claim('rq', 5);
+-- a claim of its own job rolled back to a savepoint: the job is published
+-- at commit as if never claimed
+BEGIN;
+SELECT pgjq.enqueue('rq', '{"n": "savepoint"}') AS sp \gset
+SAVEPOINT a;
+SELECT count(*) AS claimed FROM pgjq.claim('rq', 5);
+ROLLBACK TO SAVEPOINT a;
+COMMIT;
+SELECT state FROM pgjq.job(:sp);
+SELECT id = :sp AS same, pgjq.complete(id, token) AS completed FROM pgjq.claim('rq', 5);
+SELECT * FROM pgjq.verify();
 -- a rolled-back savepoint: its jobs are never published, its claims and
 -- completions undone
 BEGIN;
