@@ -62,6 +62,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "storage/proc.h"
 
 #define MULTI_CHUNK 1000		/* heap_multi_insert batch, as COPY uses */
 
@@ -107,6 +108,16 @@ lookup_oids(void)
 }
 
 static void rebuild(void);
+static bool standby_counts(int32 queue_id, int64 *ready, int64 *running, TimestampTz *oldest);
+static bool standby_scan(void);
+typedef struct StandbyCount
+{
+	int32		queue_id;		/* key */
+	int64		ready;
+	int64		running;
+	TimestampTz oldest;
+} StandbyCount;
+static HTAB *sb_counts;
 
 /* Are all ring tables of this database empty? */
 static bool
@@ -337,6 +348,8 @@ typedef struct BodyRow
 	Datum		fair_key;		/* text or 0 */
 	Datum		payload;
 } BodyRow;
+
+static bool standby_job(int64 id, char *state, TimestampTz *lease, BodyRow *b);
 
 static void
 body_values(const BodyRow *b, Datum *values, bool *nulls)
@@ -1460,8 +1473,14 @@ pgjq_ring_counts(int32 queue_id, int64 *ready, int64 *running, TimestampTz *olde
 
 	*ready = *running = 0;
 	*oldest = 0;
-	if (ring == NULL || !ensure_ready(false))
+	if (ring == NULL)
 		return;
+	if (!ensure_ready(false))
+	{
+		/* a hot standby keeps no ring state: the tables say it */
+		(void) standby_counts(queue_id, ready, running, oldest);
+		return;
+	}
 	LWLockAcquire(ring->lock, LW_SHARED);
 	q = ring_queue_get(queue_id, false);
 	if (q != NULL)
@@ -1836,12 +1855,23 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 	Datum		values[16];
 	bool		nulls[16];
 	char	   *qname = NULL;
+	bool		live;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (ring == NULL || !ensure_ready(false))
-		return (Datum) 0;
+	live = ring != NULL && ensure_ready(false);
 	pgjq_storage_begin();
-	if (body_by_id(id, &b, &slot, &tid))
+	if (!live)
+	{
+		/* a hot standby (or a server without the preload): the tables say it */
+		char		st;
+
+		if (standby_job(id, &st, &lease, &b))
+		{
+			ready = st == 'r';
+			running = st == 'a';
+		}
+	}
+	else if (body_by_id(id, &b, &slot, &tid))
 	{
 		RingFlight *f;
 
@@ -1865,19 +1895,19 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 					ready = true;
 		}
 		LWLockRelease(ring->lock);
-		if (ready || running)
-		{
-			Datum		qv[1] = {Int32GetDatum(b.queue_id)};
-			static PgjqPlan plan_qname = {
-				"SELECT name FROM pgjq.queue WHERE queue_id = $1", 1, {INT4OID}
-			};
-			bool		isnull;
+	}
+	if (ready || running)
+	{
+		Datum		qv[1] = {Int32GetDatum(b.queue_id)};
+		static PgjqPlan plan_qname = {
+			"SELECT name FROM pgjq.queue WHERE queue_id = $1", 1, {INT4OID}
+		};
+		bool		isnull;
 
-			pgjq_spi_run(&plan_qname, qv, NULL, 1);
-			if (SPI_processed == 1)
-				qname = MemoryContextStrdup(pgjq_result_cxt,
-											TextDatumGetCString(pgjq_spi_get(0, 1, &isnull)));
-		}
+		pgjq_spi_run(&plan_qname, qv, NULL, 1);
+		if (SPI_processed == 1)
+			qname = MemoryContextStrdup(pgjq_result_cxt,
+										TextDatumGetCString(pgjq_spi_get(0, 1, &isnull)));
 	}
 	if (ready || running)
 	{
@@ -1944,7 +1974,26 @@ pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (ring == NULL || !ensure_ready(false))
+	{
+		/* a hot standby (or no preload): counted from the tables */
+		StandbyCount *e;
+
+		if (!standby_scan())
+			return (Datum) 0;
+		hash_seq_init(&hs, sb_counts);
+		while ((e = hash_seq_search(&hs)) != NULL)
+		{
+			Datum		v[4];
+			bool		nulls[4] = {false, false, false, e->oldest == 0};
+
+			v[0] = Int32GetDatum(e->queue_id);
+			v[1] = Int64GetDatum(e->ready);
+			v[2] = Int64GetDatum(e->running);
+			v[3] = TimestampTzGetDatum(e->oldest);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
+		}
 		return (Datum) 0;
+	}
 	rowsv = palloc(sizeof(Datum) * 4 * max);
 	LWLockAcquire(ring->lock, LW_SHARED);
 	hash_seq_init(&hs, ring_queues);
@@ -2164,4 +2213,171 @@ pgjq_ring_verify(PgjqVerifyRow **rows)
 			break;
 	}
 	return n;
+}
+
+/* ---------------------------------------------------------------------
+ * hot standby (or no preload): read-only answers from the tables
+ * --------------------------------------------------------------------- */
+
+/* this database has the ring's tables; their OIDs are looked up */
+static bool
+tables_known(void)
+{
+	Oid			b0 = pgjq_relation("ring_body_0");
+
+	if (!OidIsValid(b0))
+		return false;
+	if (cached_db != MyDatabaseId || b0 != body_oid[0])
+		lookup_oids();
+	return true;
+}
+
+/*
+ * The durable state of one job: the newest body by the id index, then its
+ * claims and closes from a scan of the live logs (a standby reads what the
+ * rebuild would).  False when the ring holds no body of the job.
+ */
+static bool
+standby_job(int64 id, char *state, TimestampTz *lease, BodyRow *b)
+{
+	int			slot;
+	ItemPointerData tid;
+	Snapshot	snap;
+	int64		maxtok = 0;
+	bool		closed = false;
+
+	if (!tables_known() || !body_by_id(id, b, &slot, &tid))
+		return false;
+	*lease = 0;
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	for (int s = 0; s < RING_NSLOTS; s++)
+	{
+		Relation	rel = table_open(log_oid[s], AccessShareLock);
+		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+		TupleDesc	desc = RelationGetDescr(rel);
+		HeapTuple	tup;
+
+		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		{
+			bool		isnull;
+			ArrayType  *arr = DatumGetArrayTypeP(heap_getattr(tup, 4, desc, &isnull));
+			int			n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
+			int64	   *ids = (int64 *) ARR_DATA_PTR(arr);
+			int64		token;
+			char		kind;
+
+			for (int i = 0; i < n; i++)
+			{
+				if (ids[i] != id)
+					continue;
+				token = DatumGetInt64(heap_getattr(tup, 1, desc, &isnull));
+				kind = DatumGetChar(heap_getattr(tup, 3, desc, &isnull));
+				if (token > maxtok)
+				{
+					maxtok = token;
+					closed = false;
+					*lease = 0;
+				}
+				if (token == maxtok && kind != 'c')
+					closed = true;
+				if (token == maxtok && kind == 'c')
+					*lease = DatumGetTimestampTz(heap_getattr(tup, 2, desc, &isnull));
+				break;
+			}
+		}
+		table_endscan(scan);
+		table_close(rel, AccessShareLock);
+	}
+	UnregisterSnapshot(snap);
+	if (maxtok <= b->after)
+		*state = 'r';
+	else
+		*state = closed ? 'f' : 'a';
+	return true;
+}
+
+/* per-statement cache: metrics() asks once per queue */
+static HTAB *sb_counts = NULL;
+static MemoryContext sb_cxt = NULL;
+static LocalTransactionId sb_lxid = InvalidLocalTransactionId;
+static TimestampTz sb_stmt = 0;
+
+/* The counts of every queue of the ring, from a full scan of its tables. */
+static bool
+standby_scan(void)
+{
+	MemoryContext tmp,
+				old;
+	RbScan		sc;
+	HASHCTL		ctl;
+	HASH_SEQ_STATUS hs;
+	RbBody	   *b;
+
+	if (!tables_known())
+		return false;
+	if (sb_counts != NULL && sb_lxid == MyProc->lxid &&
+		sb_stmt == GetCurrentStatementStartTimestamp())
+		return true;
+	if (sb_cxt != NULL)
+		MemoryContextDelete(sb_cxt);
+	sb_counts = NULL;
+	sb_cxt = AllocSetContextCreate(TopMemoryContext, "pgjq ring standby counts",
+								   ALLOCSET_SMALL_SIZES);
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(int32);
+	ctl.entrysize = sizeof(StandbyCount);
+	ctl.hcxt = sb_cxt;
+	sb_counts = hash_create("pgjq ring standby counts", 64, &ctl,
+							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	tmp = AllocSetContextCreate(CurrentMemoryContext, "pgjq ring standby scan",
+								ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(tmp);
+	scan_tables(&sc);
+	hash_seq_init(&hs, sc.bodies);
+	while ((b = hash_seq_search(&hs)) != NULL)
+	{
+		RbClaim    *c;
+		char		st = durable_state(&sc, b, &c);
+		bool		found;
+		StandbyCount *e;
+
+		if (st == 'f')
+			continue;
+		e = hash_search(sb_counts, &b->queue_id, HASH_ENTER, &found);
+		if (!found)
+		{
+			e->ready = e->running = 0;
+			e->oldest = 0;
+		}
+		if (st == 'a')
+			e->running++;
+		else
+		{
+			e->ready++;
+			if (e->oldest == 0 || b->enqueued_at < e->oldest)
+				e->oldest = b->enqueued_at;
+		}
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(tmp);
+	sb_lxid = MyProc->lxid;
+	sb_stmt = GetCurrentStatementStartTimestamp();
+	return true;
+}
+
+static bool
+standby_counts(int32 queue_id, int64 *ready, int64 *running, TimestampTz *oldest)
+{
+	StandbyCount *e;
+
+	if (!standby_scan())
+		return false;
+	e = hash_search(sb_counts, &queue_id, HASH_FIND, NULL);
+	if (e != NULL)
+	{
+		*ready = e->ready;
+		*running = e->running;
+		*oldest = e->oldest;
+	}
+	return true;
 }

@@ -1,0 +1,104 @@
+
+# Copyright (c) pgjq contributors
+#
+# The ring engine on a streaming hot standby, and after its promotion.
+#
+# A standby keeps no ring state in shared memory, so job() and queue_stats
+# read the ring's tables there: ready, running (with the lease the primary
+# gave) and completed jobs show as on the primary.  Writing calls fail as on
+# any read-only server.  After promotion the first call rebuilds the ring
+# from the tables: the ready jobs are handed out, the running ones are not
+# (their leases run), their holders complete them with their tokens, and
+# verify() finds shared memory and the tables in agreement.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgjqTest;
+
+my $primary = PostgreSQL::Test::Cluster->new('ring_primary');
+$primary->init(allows_streaming => 1);
+$primary->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'pgjq'
+pgjq.database_names = 'postgres'
+pgjq.engine = 'ring'
+});
+$primary->start;
+
+$primary->safe_psql(
+	'postgres', q{
+CREATE EXTENSION pgjq;
+SELECT pgjq.create_queue('rs', lease => '1 hour');
+SELECT count(*) FROM pgjq.enqueue_many('rs', array_fill('{}'::jsonb, ARRAY[10]));
+CREATE TABLE held AS SELECT id, token, lease_until FROM pgjq.claim('rs', 3);
+});
+is($primary->safe_psql('postgres', "SELECT engine FROM pgjq.queue WHERE name = 'rs'"),
+	'r', 'the queue is on the ring');
+my ($done_id, $done_tok) = split /\|/,
+  $primary->safe_psql('postgres', 'SELECT id, token FROM held ORDER BY id LIMIT 1');
+is($primary->safe_psql('postgres', "SELECT pgjq.complete($done_id, $done_tok)"),
+	't', 'one of the three is completed');
+$primary->safe_psql('postgres', "DELETE FROM held WHERE id = $done_id");
+my $ready_id = $primary->safe_psql('postgres',
+	'SELECT max(id) FROM pgjq.ring_body_0 WHERE id NOT IN (SELECT id FROM held)');
+my $stats = "SELECT ready || ' ' || running || ' ' || completed FROM pgjq.queue_stats WHERE queue = 'rs'";
+is($primary->safe_psql('postgres', $stats), '7 2 1', 'primary: 7 ready, 2 running, 1 completed');
+
+$primary->backup('b');
+my $standby = PostgreSQL::Test::Cluster->new('ring_standby');
+$standby->init_from_backup($primary, 'b', has_streaming => 1);
+$standby->start;
+$primary->wait_for_catchup($standby);
+
+# ------------------------------------------------------------ reads there
+is($standby->safe_psql('postgres', $stats), '7 2 1',
+	'standby: queue_stats counts the ring jobs from the tables');
+is($standby->safe_psql('postgres', "SELECT state FROM pgjq.job($ready_id)"),
+	'ready', 'standby: a ready ring job is ready');
+my ($run_id, $run_tok, $run_until) = split /\|/,
+  $primary->safe_psql('postgres', 'SELECT id, token, lease_until FROM held ORDER BY id LIMIT 1');
+is( $standby->safe_psql(
+		'postgres',
+		"SELECT state || ' ' || (lease_until = '$run_until'::timestamptz) FROM pgjq.job($run_id)"),
+	'running true',
+	'standby: a running ring job is running, with its lease');
+is($standby->safe_psql('postgres', "SELECT state FROM pgjq.job($done_id)"),
+	'completed', 'standby: a completed ring job is completed');
+is( $standby->safe_psql(
+		'postgres',
+		"SELECT sum(value) FROM pgjq.metrics('rs') WHERE name = 'pgjq_jobs' AND labels->>'state' IN ('ready', 'running')"
+	),
+	'9',
+	'standby: metrics() gauges count the ring jobs');
+
+my ($rc, $out, $err) = $standby->psql('postgres', "SELECT pgjq.enqueue('rs')");
+isnt($rc, 0, 'standby: enqueue fails');
+like($err, qr/read-only|recovery/, 'standby: as on any read-only server');
+
+# ------------------------------------------------------------ promotion
+$standby->promote;
+$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'the standby was not promoted';
+is( $standby->safe_psql('postgres', "SELECT count(*) FROM pgjq.claim('rs', 20)"),
+	'7',
+	'promoted: the 7 ready jobs are handed out, the 2 leased ones are not');
+is( $standby->safe_psql(
+		'postgres',
+		"SELECT bool_and(pgjq.complete(id, token)) FROM held"),
+	't',
+	'promoted: the holders of the leases complete their jobs with their tokens');
+is($standby->safe_psql('postgres', $stats), '0 7 3',
+	'promoted: 7 running, 3 completed');
+verify_ok($standby, 'postgres', 'promoted: shared memory and the tables agree');
+like(slurp_file($standby->logfile), qr/pgjq: ring of database \d+ rebuilt: 7 ready, 2 in flight/,
+	'promoted: the ring was rebuilt from its tables');
+
+$standby->stop;
+$primary->stop;
+done_testing();
