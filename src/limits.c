@@ -751,18 +751,20 @@ pgjq_limits_reserve_queue(const PgjqQueue *queue, int want, int64 *token_in_us)
 }
 
 /*
- * After the claim: `used` of the `reserved` jobs were taken.  Gives back the
- * rest, counts the queue's running jobs when it has no concurrency limit,
- * and records a claim cut short.
+ * After the claim: `used` of the `reserved` jobs were taken, `counted` of
+ * them are rows of pgjq.job (the ring's jobs are not counted here: a ring
+ * queue has no concurrency limit).  Gives back the rest, counts the queue's
+ * running jobs when it has no concurrency limit, and records a claim cut
+ * short.
  */
 void
-pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used)
+pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used, int counted)
 {
 	Counter    *q;
 
 	if (shared == NULL || !tracking())
 		return;
-	if (!pgjq_queue_has_limits(queue) && used == 0)
+	if (!pgjq_queue_has_limits(queue) && counted == 0)
 		return;
 	pending_room(1);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
@@ -772,10 +774,10 @@ pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used)
 		q->running -= reserved - used;
 		shrink_reservation(queue->queue_id, 0, reserved - used);
 	}
-	else if (used > 0)
+	else if (counted > 0)
 	{
-		q->running += used;
-		add_pending(queue->queue_id, 0, used, OP_COUNT);
+		q->running += counted;
+		add_pending(queue->queue_id, 0, counted, OP_COUNT);
 	}
 	if (queue->rate > 0)
 		q->tokens += reserved - used;	/* the rate limits starts only */

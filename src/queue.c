@@ -20,8 +20,9 @@
  * shared_preload_libraries.
  *
  * A queue created while pgjq.engine is 'ring' uses the ring engine (ring.h),
- * which needs shared_preload_libraries and has no limits yet: create_queue
- * and alter_queue refuse them for such a queue (0A000).
+ * which needs shared_preload_libraries and has no concurrency limits yet:
+ * create_queue and alter_queue refuse concurrency and key_concurrency for
+ * such a queue (0A000); rate and burst work.
  *
  *-------------------------------------------------------------------------
  */
@@ -97,15 +98,18 @@ read_settings(FunctionCallInfo fcinfo, PgjqQueueSettings *s)
 		pgjq_limits_require_shmem("a queue limit");
 }
 
-/* The ring engine has no limits yet (docs/design.md, "The ring engine"). */
+/*
+ * The ring engine counts no running jobs for limits yet (docs/design.md,
+ * "The ring engine as built"): rate and burst work, concurrency limits not.
+ */
 static void
 ring_no_limits(const char *name, const PgjqQueueSettings *s)
 {
-	if (s->concurrency > 0 || s->key_concurrency > 0 || s->rate > 0 || s->burst > 0)
+	if (s->concurrency > 0 || s->key_concurrency > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("queue \"%s\" uses the ring engine, which has no limits yet", name),
-				 errhint("Create the queue with pgjq.engine = 'table' to use concurrency, key_concurrency, rate or burst.")));
+				 errmsg("queue \"%s\" uses the ring engine, which has no concurrency limits yet", name),
+				 errhint("Create the queue with pgjq.engine = 'table' to use concurrency or key_concurrency; rate and burst work on both.")));
 }
 
 static void

@@ -1116,7 +1116,7 @@ move_to_table(const RingFlight *f, char state)
 	{
 		memset(&q, 0, sizeof(q));
 		q.queue_id = b.queue_id;
-		pgjq_limits_settle_queue(&q, 0, 1);
+		pgjq_limits_settle_queue(&q, 0, 1, 1);
 	}
 	else
 		ring_note_table_touch(b.queue_id, false);

@@ -15,14 +15,22 @@ SET pgjq.engine = 'ring';
 SELECT pgjq.create_queue('rq', backoff_base => '10 seconds', max_attempts => 2);
 SELECT engine FROM pgjq.queue WHERE name = 'rq';
 
--- no limits on a ring queue yet: refused with 0A000, nothing created
+-- no concurrency limits on a ring queue yet: refused with 0A000, nothing
+-- created or changed
 SELECT pgjq.create_queue('rq_limited', concurrency => 2);
 \echo :SQLSTATE
 SELECT count(*) AS created FROM pgjq.queue WHERE name = 'rq_limited';
-SELECT pgjq.alter_queue('rq', rate => 5);
+SELECT pgjq.alter_queue('rq', key_concurrency => 5);
 \echo :SQLSTATE
-SELECT rate FROM pgjq.queue WHERE name = 'rq';
+SELECT key_concurrency FROM pgjq.queue WHERE name = 'rq';
+-- a rate limit works: a bucket of 2, refilled once in 1000 s
+SELECT pgjq.create_queue('rq_rate', rate => 0.001, burst => 2);
 RESET pgjq.engine;
+SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq_rate', array_fill('{}'::jsonb, ARRAY[5]));
+SELECT count(*) AS claimed FROM pgjq.claim('rq_rate', 10);
+SELECT count(*) AS claimed_again FROM pgjq.claim('rq_rate', 10);
+SELECT ready, running, held_back > 0 AS held_back FROM pgjq.queue_stats WHERE queue = 'rq_rate';
+SELECT pgjq.drop_queue('rq_rate', force => true);
 
 ---------------------------------------------------------------- enqueue, claim
 -- bodies are appended once; nothing is in pgjq.job
