@@ -146,8 +146,9 @@ def pgbench_log(repdir, prefix):
 def measure(repdir):
     """the metrics of one window, or {"error": ...}"""
     kv = read_kv(os.path.join(repdir, "kv"))
+    notes = kv["note"] + ([kv["waits"]] if "waits" in kv else [])
     out = {"scenario": kv.get("scenario"), "system": kv.get("system"),
-           "rep": int(kv.get("rep", 0)), "notes": kv["note"],
+           "rep": int(kv.get("rep", 0)), "notes": notes,
            "lat_what": kv.get("lat_what", "")}
     for k in ("claimed", "depth_end", "dead_jobs"):
         if k in kv:
