@@ -256,7 +256,7 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 			pgjq_wait_note_ready(q->queue_id, extra);
 		}
 		pgjq_wait_note_claimed(q->queue_id, held - 2 * granted);
-		pgjq_limits_settle_queue(q, granted, got, from_table);
+		pgjq_limits_settle_queue(q, granted, got);
 		/* held back: a limit, not the supply of ready jobs, stopped the claim */
 		if ((got == granted && granted < want) || pgjq_limits_quota_cut_short(&quota))
 			pgjq_limits_note_held_back(q->queue_id);

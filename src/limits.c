@@ -24,7 +24,8 @@
  * (complete_and_claim) needs at a concurrency limit.
  *
  * Rebuild: shared memory starts empty, so the first pgjq call in a database
- * counts the running jobs from pgjq.job, before any statement of its own
+ * counts the running jobs from pgjq.job and the ring (rebuilt first if it
+ * is not yet, ring.h), before any statement of its own
  * (pgjq_storage_begin calls the begin hook), while every other pgjq call of
  * that database waits on a heavyweight lock; no transaction can have moved a
  * counter before that, so the count is exact.  The database's "incarnation"
@@ -57,6 +58,7 @@
  *-------------------------------------------------------------------------
  */
 #include "limits.h"
+#include "ring.h"
 #include "spi_plans.h"
 
 #include <math.h>
@@ -455,6 +457,9 @@ count_database(Oid incarnation)
 	int32	   *counts;
 	bool	   *keyed;
 	bool		full = false;
+	int			nring;
+	int32	   *ring_qids;
+	int64	   *ring_counts;
 
 	(void) forget_gone_databases();
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
@@ -487,8 +492,20 @@ count_database(Oid incarnation)
 		keyed[i] = DatumGetBool(pgjq_spi_get(i, 4, &isnull));
 	}
 
+	/* the ring's running jobs (ring.h): a ring queue has no key limit */
+	nring = pgjq_ring_running(&ring_qids, &ring_counts);
+
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	db = db_state(MyDatabaseId);
+	for (int i = 0; db && i < nring && !full; i++)
+	{
+		Counter    *q = counter(ring_qids[i], 0, true);
+
+		if (q == NULL)
+			full = true;
+		else
+			q->running += ring_counts[i];
+	}
 	for (int i = 0; db && i < n && !full; i++)
 	{
 		Counter    *q = counter(qids[i], 0, true);
@@ -751,20 +768,18 @@ pgjq_limits_reserve_queue(const PgjqQueue *queue, int want, int64 *token_in_us)
 }
 
 /*
- * After the claim: `used` of the `reserved` jobs were taken, `counted` of
- * them are rows of pgjq.job (the ring's jobs are not counted here: a ring
- * queue has no concurrency limit).  Gives back the rest, counts the queue's
- * running jobs when it has no concurrency limit, and records a claim cut
- * short.
+ * After the claim: `used` of the `reserved` jobs were taken (from pgjq.job
+ * or the ring: both count).  Gives back the rest, counts the queue's running
+ * jobs when it has no concurrency limit, and records a claim cut short.
  */
 void
-pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used, int counted)
+pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used)
 {
 	Counter    *q;
 
 	if (shared == NULL || !tracking())
 		return;
-	if (!pgjq_queue_has_limits(queue) && counted == 0)
+	if (!pgjq_queue_has_limits(queue) && used == 0)
 		return;
 	pending_room(1);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
@@ -774,10 +789,10 @@ pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used, int cou
 		q->running -= reserved - used;
 		shrink_reservation(queue->queue_id, 0, reserved - used);
 	}
-	else if (counted > 0)
+	else if (used > 0)
 	{
-		q->running += counted;
-		add_pending(queue->queue_id, 0, counted, OP_COUNT);
+		q->running += used;
+		add_pending(queue->queue_id, 0, used, OP_COUNT);
 	}
 	if (queue->rate > 0)
 		q->tokens += reserved - used;	/* the rate limits starts only */
@@ -1374,6 +1389,9 @@ pgjq_limits_verify(PgjqLimitsDiff **diffs)
 	int			ndiffs = 0;
 	HASH_SEQ_STATUS scan;
 	Counter    *c;
+	int			nring;
+	int32	   *ring_qids;
+	int64	   *ring_counts;
 
 	*diffs = NULL;
 	if (shared == NULL || !ensure_counted())
@@ -1399,8 +1417,30 @@ pgjq_limits_verify(PgjqLimitsDiff **diffs)
 	}
 	LWLockRelease(shared->lock);
 
-	/* n rows of (queue, key) plus the entries: room for every difference */
-	*diffs = palloc(sizeof(PgjqLimitsDiff) * (n + nentries + 1));
+	/*
+	 * n rows of (queue, key), the ring's queues, the entries: room for every
+	 * difference
+	 */
+	nring = pgjq_ring_running(&ring_qids, &ring_counts);
+	*diffs = palloc(sizeof(PgjqLimitsDiff) * (n + nring + nentries + 1));
+	for (int i = 0; i < nring; i++)
+	{
+		Entry	   *q = NULL;
+
+		for (int e = 0; e < nentries; e++)
+			if (entries[e].queue_id == ring_qids[i] && entries[e].keyhash == 0)
+				q = &entries[e];
+		if (q != NULL)
+			q->expected += ring_counts[i];
+		else if (ring_counts[i] > 0)
+		{
+			(*diffs)[ndiffs].queue_id = ring_qids[i];
+			(*diffs)[ndiffs].fair_key = NULL;
+			(*diffs)[ndiffs].expected = (int32) ring_counts[i];
+			(*diffs)[ndiffs].found = 0;
+			ndiffs++;
+		}
+	}
 	for (int i = 0; i < n; i++)
 	{
 		bool		isnull;

@@ -19,8 +19,7 @@ extern bool pgjq_queue_has_limits(const PgjqQueue *queue);
 extern void pgjq_limits_require_shmem(const char *what);
 extern int	pgjq_limits_reserve_queue(const PgjqQueue *queue, int want, int64 *token_in_us);
 extern bool pgjq_limits_queue_full(int32 queue_id, int32 concurrency);
-extern void pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used,
-									 int counted);
+extern void pgjq_limits_settle_queue(const PgjqQueue *queue, int reserved, int used);
 extern void pgjq_limits_rebuild_if_needed(void);
 extern void pgjq_limits_init_quota(PgjqClaimQuota *quota, const PgjqQueue *queue);
 extern bool pgjq_limits_quota_cut_short(PgjqClaimQuota *quota);

@@ -20,9 +20,9 @@
  * shared_preload_libraries.
  *
  * A queue created while pgjq.engine is 'ring' uses the ring engine (ring.h),
- * which needs shared_preload_libraries and has no concurrency limits yet:
- * create_queue and alter_queue refuse concurrency and key_concurrency for
- * such a queue (0A000); rate and burst work.
+ * which needs shared_preload_libraries and has no key limit yet:
+ * create_queue and alter_queue refuse key_concurrency for such a queue
+ * (0A000); concurrency, rate and burst work.
  *
  *-------------------------------------------------------------------------
  */
@@ -99,17 +99,17 @@ read_settings(FunctionCallInfo fcinfo, PgjqQueueSettings *s)
 }
 
 /*
- * The ring engine counts no running jobs for limits yet (docs/design.md,
- * "The ring engine as built"): rate and burst work, concurrency limits not.
+ * The ring engine has no key limits yet (docs/design.md, "The ring engine
+ * as built"): concurrency, rate and burst work, key_concurrency not.
  */
 static void
 ring_no_limits(const char *name, const PgjqQueueSettings *s)
 {
-	if (s->concurrency > 0 || s->key_concurrency > 0)
+	if (s->key_concurrency > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("queue \"%s\" uses the ring engine, which has no concurrency limits yet", name),
-				 errhint("Create the queue with pgjq.engine = 'table' to use concurrency or key_concurrency; rate and burst work on both.")));
+				 errmsg("queue \"%s\" uses the ring engine, which has no key_concurrency yet", name),
+				 errhint("Create the queue with pgjq.engine = 'table' to use key_concurrency; concurrency, rate and burst work on both.")));
 }
 
 static void

@@ -1065,6 +1065,13 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 		pgjq_spi_run(&plan_done, values, NULL, 0);
 		if (pgjq_jobs_finished_hook)
 			pgjq_jobs_finished_hook(qid, PGJQ_FINISHED_COMPLETED, c);
+
+		/*
+		 * limits.c counted them at their claim (a ring queue has no key
+		 * limit)
+		 */
+		if (pgjq_left_running_hook)
+			pgjq_left_running_hook(qid, "", c);
 	}
 	return nok;
 }
@@ -1087,7 +1094,6 @@ move_to_table(const RingFlight *f, char state)
 	BodyRow		b;
 	Datum		values[11];
 	char		nulls[12] = "           ";
-	PgjqQueue	q;
 
 	body_fetch(rel, f->key.id, (ItemPointer) &f->tid, &b);
 	table_close(rel, NoLock);
@@ -1109,16 +1115,11 @@ move_to_table(const RingFlight *f, char state)
 	pgjq_spi_run(&plan_move, values, nulls, 0);
 
 	/*
-	 * A running row is one of the queue's running jobs for limits.c, which
-	 * the table engine's outcome will count down (in this transaction).
+	 * A running job stays one of the queue's running jobs for limits.c (its
+	 * claim counted it); the table engine's outcome counts it down.  A ready
+	 * one makes the table engine worth asking again.
 	 */
-	if (state == 'a')
-	{
-		memset(&q, 0, sizeof(q));
-		q.queue_id = b.queue_id;
-		pgjq_limits_settle_queue(&q, 0, 1, 1);
-	}
-	else
+	if (state != 'a')
 		ring_note_table_touch(b.queue_id, false);
 }
 
@@ -2380,4 +2381,38 @@ standby_counts(int32 queue_id, int64 *ready, int64 *running, TimestampTz *oldest
 		*oldest = e->oldest;
 	}
 	return true;
+}
+
+/*
+ * limits.c's count at the first call and its verify(): the ring queues of
+ * this database with running jobs, and how many (arrays in the caller's
+ * context).  Rebuilds the ring first if it is not yet.
+ */
+int
+pgjq_ring_running(int32 **qids, int64 **counts)
+{
+	HASH_SEQ_STATUS hs;
+	RingQueue  *q;
+	int			n = 0,
+				max;
+
+	*qids = NULL;
+	*counts = NULL;
+	if (ring == NULL || !ensure_ready(false))
+		return 0;
+	max = pgjq_ring_max_queues;
+	*qids = palloc(sizeof(int32) * max);
+	*counts = palloc(sizeof(int64) * max);
+	LWLockAcquire(ring->lock, LW_SHARED);
+	hash_seq_init(&hs, ring_queues);
+	while ((q = hash_seq_search(&hs)) != NULL)
+	{
+		if (q->key.dbid != MyDatabaseId || q->running == 0 || n >= max)
+			continue;
+		(*qids)[n] = q->key.queue_id;
+		(*counts)[n] = q->running;
+		n++;
+	}
+	LWLockRelease(ring->lock);
+	return n;
 }

@@ -15,9 +15,9 @@ SET pgjq.engine = 'ring';
 SELECT pgjq.create_queue('rq', backoff_base => '10 seconds', max_attempts => 2);
 SELECT engine FROM pgjq.queue WHERE name = 'rq';
 
--- no concurrency limits on a ring queue yet: refused with 0A000, nothing
--- created or changed
-SELECT pgjq.create_queue('rq_limited', concurrency => 2);
+-- no key limit on a ring queue yet: refused with 0A000, nothing created or
+-- changed
+SELECT pgjq.create_queue('rq_limited', key_concurrency => 2);
 \echo :SQLSTATE
 SELECT count(*) AS created FROM pgjq.queue WHERE name = 'rq_limited';
 SELECT pgjq.alter_queue('rq', key_concurrency => 5);
@@ -31,6 +31,23 @@ SELECT count(*) AS claimed FROM pgjq.claim('rq_rate', 10);
 SELECT count(*) AS claimed_again FROM pgjq.claim('rq_rate', 10);
 SELECT ready, running, held_back > 0 AS held_back FROM pgjq.queue_stats WHERE queue = 'rq_rate';
 SELECT pgjq.drop_queue('rq_rate', force => true);
+-- a concurrency limit works: ring jobs count as running until they end
+SET pgjq.engine = 'ring';
+SELECT pgjq.create_queue('rq_conc', concurrency => 2);
+RESET pgjq.engine;
+SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq_conc', array_fill('{}'::jsonb, ARRAY[5]));
+CREATE TEMP TABLE conc AS SELECT id, token FROM pgjq.claim('rq_conc', 10);
+SELECT count(*) AS claimed FROM conc;
+SELECT count(*) AS claimed_at_limit FROM pgjq.claim('rq_conc', 10);
+SELECT pgjq.complete(id, token) AS completed FROM conc ORDER BY id LIMIT 1;
+SELECT count(*) AS claimed_after_one_ended FROM pgjq.claim('rq_conc', 10);
+-- a failed (moved) ring job stops counting once the table engine retried it
+SELECT pgjq.fail(id, token, 'boom') AS failed FROM conc ORDER BY id DESC LIMIT 1;
+SELECT count(*) AS claimed_after_fail FROM pgjq.claim('rq_conc', 10);
+SELECT running FROM pgjq.queue_stats WHERE queue = 'rq_conc';
+SELECT * FROM pgjq.verify();
+SELECT pgjq.drop_queue('rq_conc', force => true);
+DROP TABLE conc;
 
 ---------------------------------------------------------------- enqueue, claim
 -- bodies are appended once; nothing is in pgjq.job

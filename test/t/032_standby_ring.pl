@@ -9,7 +9,8 @@
 # any read-only server.  After promotion the first call rebuilds the ring
 # from the tables: the ready jobs are handed out, the running ones are not
 # (their leases run), their holders complete them with their tokens, and
-# verify() finds shared memory and the tables in agreement.
+# verify() finds shared memory and the tables in agreement.  A concurrency
+# limit counts the ring's jobs leased on the old primary.
 
 use strict;
 use warnings;
@@ -37,6 +38,9 @@ CREATE EXTENSION pgjq;
 SELECT pgjq.create_queue('rs', lease => '1 hour');
 SELECT count(*) FROM pgjq.enqueue_many('rs', array_fill('{}'::jsonb, ARRAY[10]));
 CREATE TABLE held AS SELECT id, token, lease_until FROM pgjq.claim('rs', 3);
+SELECT pgjq.create_queue('rc', concurrency => 3, lease => '1 hour');
+SELECT count(*) FROM pgjq.enqueue_many('rc', array_fill('{}'::jsonb, ARRAY[5]));
+CREATE TABLE held_rc AS SELECT id, token FROM pgjq.claim('rc', 2);
 });
 is($primary->safe_psql('postgres', "SELECT engine FROM pgjq.queue WHERE name = 'rs'"),
 	'r', 'the queue is on the ring');
@@ -95,8 +99,11 @@ is( $standby->safe_psql(
 	'promoted: the holders of the leases complete their jobs with their tokens');
 is($standby->safe_psql('postgres', $stats), '0 7 3',
 	'promoted: 7 running, 3 completed');
+# limits.c counts the ring's running jobs after the rebuild: 2 run, 3 may
+is($standby->safe_psql('postgres', "SELECT count(*) FROM pgjq.claim('rc', 10)"),
+	'1', 'promoted: a concurrency limit counts the ring jobs leased before the promotion');
 verify_ok($standby, 'postgres', 'promoted: shared memory and the tables agree');
-like(slurp_file($standby->logfile), qr/pgjq: ring of database \d+ rebuilt: 7 ready, 2 in flight/,
+like(slurp_file($standby->logfile), qr/pgjq: ring of database \d+ rebuilt: 10 ready, 4 in flight/,
 	'promoted: the ring was rebuilt from its tables');
 
 $standby->stop;
