@@ -1970,7 +1970,7 @@ pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 	HASH_SEQ_STATUS hs;
 	RingQueue  *q;
 	int			n = 0,
-				max = 16;
+				max;
 	Datum	   *rowsv;
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -1995,19 +1995,15 @@ pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 		}
 		return (Datum) 0;
 	}
+	/* room for every queue the table can hold: no allocation under the lock */
+	max = pgjq_ring_max_queues;
 	rowsv = palloc(sizeof(Datum) * 4 * max);
 	LWLockAcquire(ring->lock, LW_SHARED);
 	hash_seq_init(&hs, ring_queues);
 	while ((q = hash_seq_search(&hs)) != NULL)
 	{
-		if (q->key.dbid != MyDatabaseId || (q->ready == 0 && q->running == 0))
+		if (q->key.dbid != MyDatabaseId || (q->ready == 0 && q->running == 0) || n >= max)
 			continue;
-		if (n == max)
-		{
-			/* no allocation under the lock: count the rest next round */
-			hash_seq_term(&hs);
-			break;
-		}
 		rowsv[4 * n] = Int32GetDatum(q->key.queue_id);
 		rowsv[4 * n + 1] = Int64GetDatum(q->ready);
 		rowsv[4 * n + 2] = Int64GetDatum(q->running);
@@ -2015,26 +2011,6 @@ pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 		n++;
 	}
 	LWLockRelease(ring->lock);
-	if (n == max)
-	{
-		/* many queues: once more with room for all of them */
-		max = pgjq_ring_max_queues;
-		rowsv = repalloc(rowsv, sizeof(Datum) * 4 * max);
-		n = 0;
-		LWLockAcquire(ring->lock, LW_SHARED);
-		hash_seq_init(&hs, ring_queues);
-		while ((q = hash_seq_search(&hs)) != NULL)
-		{
-			if (q->key.dbid != MyDatabaseId || (q->ready == 0 && q->running == 0) || n >= max)
-				continue;
-			rowsv[4 * n] = Int32GetDatum(q->key.queue_id);
-			rowsv[4 * n + 1] = Int64GetDatum(q->ready);
-			rowsv[4 * n + 2] = Int64GetDatum(q->running);
-			rowsv[4 * n + 3] = TimestampTzGetDatum(oldest_ready(q));
-			n++;
-		}
-		LWLockRelease(ring->lock);
-	}
 	for (int i = 0; i < n; i++)
 	{
 		bool		nulls[4] = {false, false, false, DatumGetTimestampTz(rowsv[4 * i + 3]) == 0};
