@@ -134,10 +134,11 @@ distinct_keys(const PgjqClaimedJob *jobs, int n)
 }
 
 /*
- * Up to granted jobs of one queue from its engine.  A ring queue asks the
- * table engine first while it may have ready jobs of the queue (retries,
- * promoted delayed jobs: ring.h), then the ring.  *from_table: how many came
- * from pgjq.job (running rows that limits.c counts).
+ * Up to granted jobs of one queue from its engine.  A ring queue looks at
+ * the table engine while it may have ready jobs of the queue (retries,
+ * promoted delayed jobs: ring.h): the store whose most urgent ready job has
+ * the more urgent priority goes first (pgjq.job on a tie), the other fills
+ * the rest of the batch.  *from_table: how many came from pgjq.job.
  */
 static int
 queue_claim(const PgjqQueue *q, int granted, TimestampTz lease_until, const char *worker,
@@ -154,11 +155,32 @@ queue_claim(const PgjqQueue *q, int granted, TimestampTz lease_until, const char
 	}
 	if (pgjq_ring_table_first(q->queue_id, &gen))
 	{
-		got = pgjq_storage_claim(q, granted, lease_until, worker, quota, token, jobs);
-		/* rows it locked are ready again if it aborts, or left at commit */
-		pgjq_ring_note_table_claim(q->queue_id);
-		if (got == 0)
+		int16		table_prio,
+					ring_prio;
+
+		if (!pgjq_storage_first_ready_priority(q->queue_id, &table_prio))
 			pgjq_ring_table_empty(q->queue_id, gen);
+		else if (pgjq_ring_first_ready_priority(q->queue_id, &ring_prio) &&
+				 ring_prio < table_prio)
+		{
+			/* the ring has more urgent jobs: they go first */
+			got = pgjq_ring_claim(q, granted, lease_until, token, jobs);
+			*from_table = 0;
+			if (got < granted)
+			{
+				*from_table = pgjq_storage_claim(q, granted - got, lease_until, worker, quota,
+												 token, jobs + got);
+				pgjq_ring_note_table_claim(q->queue_id);
+				got += *from_table;
+			}
+			return got;
+		}
+		else
+		{
+			got = pgjq_storage_claim(q, granted, lease_until, worker, quota, token, jobs);
+			/* rows it locked are ready again if it aborts, or left at commit */
+			pgjq_ring_note_table_claim(q->queue_id);
+		}
 	}
 	*from_table = got;
 	if (got < granted)

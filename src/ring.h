@@ -61,6 +61,9 @@ extern int	pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_
 extern bool pgjq_ring_table_first(int32 queue_id, uint64 *gen);
 extern void pgjq_ring_table_empty(int32 queue_id, uint64 gen);
 
+/* the most urgent priority with a ready ring job of the queue */
+extern bool pgjq_ring_first_ready_priority(int32 queue_id, int16 *priority);
+
 /* this transaction claimed from the table engine for the ring queue */
 extern void pgjq_ring_note_table_claim(int32 queue_id);
 

@@ -882,6 +882,27 @@ pgjq_ring_table_empty(int32 queue_id, uint64 gen)
 	LWLockRelease(ring->lock);
 }
 
+/* The most urgent priority with a ready ring job of the queue; false if none. */
+bool
+pgjq_ring_first_ready_priority(int32 queue_id, int16 *priority)
+{
+	RingQueue  *q;
+	bool		found = false;
+
+	if (ring == NULL)
+		return false;
+	LWLockAcquire(ring->lock, LW_SHARED);
+	q = ring_queue_get(queue_id, false);
+	for (int i = 0; q != NULL && i < q->nprios && !found; i++)
+		if (q->prios[i].head != NULL)
+		{
+			*priority = (int16) q->prios[i].priority;
+			found = true;
+		}
+	LWLockRelease(ring->lock);
+	return found;
+}
+
 void
 pgjq_ring_note_table_claim(int32 queue_id)
 {

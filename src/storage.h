@@ -200,6 +200,7 @@ extern int64 pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors,
 								bool *error_nulls, TimestampTz now);
 
 /* storage_claim.c */
+extern bool pgjq_storage_first_ready_priority(int32 queue_id, int16 *priority);
 extern int	pgjq_storage_claim(const PgjqQueue *queue, int batch,
 							   TimestampTz lease_until, const char *worker,
 							   PgjqClaimQuota *quota, int64 *token,

@@ -121,6 +121,24 @@ static PgjqPlan plan_next_priority = {
 	2, {INT4OID, INT2OID}
 };
 
+/*
+ * The most urgent priority with a ready job of the queue in pgjq.job (one
+ * descent of the ready index); false when it has none.  Rows another claim
+ * holds count: they are ready until that claim commits.
+ */
+bool
+pgjq_storage_first_ready_priority(int32 queue_id, int16 *priority)
+{
+	Datum		values[2] = {Int32GetDatum(queue_id), Int16GetDatum(PG_INT16_MIN)};
+	bool		isnull;
+
+	pgjq_spi_run(&plan_next_priority, values, NULL, 1);
+	if (SPI_processed == 0)
+		return false;
+	*priority = DatumGetInt16(pgjq_spi_get(0, 1, &isnull));
+	return true;
+}
+
 /* Keys >= $3 at priority $2, in order, at most $4: a loose index scan. */
 static PgjqPlan plan_keys = {
 	"WITH RECURSIVE k(fair_key) AS ("

@@ -135,6 +135,14 @@ SELECT state FROM pgjq.job(:delayed);
 CREATE TEMP TABLE held2 AS SELECT * FROM pgjq.claim('rq', 1);
 INSERT INTO held2 SELECT * FROM pgjq.claim('rq', 1);
 SELECT payload->>'n' AS n FROM held2;
+-- between the two stores, a claim starts with the one whose most urgent job
+-- is more urgent (and fills its batch from the other)
+SELECT pgjq.enqueue('rq', '{"n": "ring, priority 5"}', priority => 5) IS NOT NULL AS enqueued;
+SELECT pgjq.enqueue('rq', '{"n": "table, priority 9"}', priority => 9, dedup_key => 'k9') IS NOT NULL AS enqueued;
+SELECT pgjq.enqueue('rq', '{"n": "table, priority -1"}', priority => -1, dedup_key => 'k-1') IS NOT NULL AS enqueued;
+INSERT INTO held2 SELECT * FROM pgjq.claim('rq', 1) RETURNING payload->>'n' AS n;
+INSERT INTO held2 SELECT * FROM pgjq.claim('rq', 1) RETURNING payload->>'n' AS n;
+INSERT INTO held2 SELECT * FROM pgjq.claim('rq', 1) RETURNING payload->>'n' AS n;
 SELECT regress.counts('rq');
 
 ---------------------------------------------------------------- transactions
