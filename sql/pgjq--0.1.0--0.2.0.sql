@@ -236,6 +236,17 @@ RETURNS SETOF record
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_ring_counts_sql';
 
+/*
+ * Internal: one step of giving the ring's space back, as the background
+ * worker takes every pass: truncate the oldest slot if all its jobs
+ * finished, else copy up to max_jobs of its unfinished jobs forward
+ * (ring_store.c).  Returns the jobs copied plus the slots truncated.
+ */
+CREATE FUNCTION pgjq._ring_reclaim(max_jobs integer DEFAULT 1000)
+RETURNS bigint
+LANGUAGE C VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_ring_reclaim_sql';
+
 CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
 	SELECT q.name AS queue,
 		   q.paused,
@@ -267,8 +278,10 @@ CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
 						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'd') AS dead,
 						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'x') AS cancelled
 				   FROM pgjq.job_history h GROUP BY h.queue_id) f ON f.queue_id OPERATOR(pg_catalog.=) q.queue_id;
-REVOKE ALL ON FUNCTION pgjq._ring_job(bigint), pgjq._ring_counts() FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgjq._ring_job(bigint), pgjq._ring_counts(), pgjq._ring_reclaim(integer)
+	FROM PUBLIC;
 REVOKE ALL ON pgjq.ring_body_0, pgjq.ring_body_1, pgjq.ring_body_2, pgjq.ring_body_3,
 	pgjq.ring_log_0, pgjq.ring_log_1, pgjq.ring_log_2, pgjq.ring_log_3 FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgjq._ring_job(bigint), pgjq._ring_counts() TO pgjq_admin;
+GRANT EXECUTE ON FUNCTION pgjq._ring_job(bigint), pgjq._ring_counts(), pgjq._ring_reclaim(integer)
+	TO pgjq_admin;
 GRANT EXECUTE ON FUNCTION pgjq._ring_counts() TO pgjq_producer, pgjq_worker;

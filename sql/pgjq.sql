@@ -620,6 +620,17 @@ RETURNS SETOF record
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_ring_counts_sql';
 
+/*
+ * Internal: one step of giving the ring's space back, as the background
+ * worker takes every pass: truncate the oldest slot if all its jobs
+ * finished, else copy up to max_jobs of its unfinished jobs forward
+ * (ring_store.c).  Returns the jobs copied plus the slots truncated.
+ */
+CREATE FUNCTION pgjq._ring_reclaim(max_jobs integer DEFAULT 1000)
+RETURNS bigint
+LANGUAGE C VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_ring_reclaim_sql';
+
 CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 	SELECT q.name AS queue,
 		   q.paused,

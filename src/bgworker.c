@@ -507,6 +507,28 @@ run_chunks(const char *what, int64 (*step) (void), bool *progress, bool *more)
 	return true;
 }
 
+/*
+ * Give the ring's space back, one step per transaction (a truncation, or up
+ * to PGJQ_MAINTENANCE_CHUNK jobs relocated), at most MAX_CHUNKS_PER_PASS.
+ */
+static bool
+ring_reclaim(bool *progress, bool *more)
+{
+	int64		n;
+
+	for (int c = 0; c < MAX_CHUNKS_PER_PASS; c++)
+	{
+		if (!run_step("pgjq: ring space", pgjq_maintenance_ring_reclaim_chunk, &n))
+			return false;
+		if (n == 0)
+			return true;
+		*progress = true;
+		pgjq_crash_point("worker_reclaim");
+	}
+	*more = true;
+	return true;
+}
+
 typedef struct WorkerState
 {
 	TimestampTz last_prune;		/* when the last prune started (0: never) */
@@ -550,6 +572,9 @@ worker_pass(WorkerState *ws)
 		if (!run_chunks("pgjq: rescue", pgjq_maintenance_rescue_chunk, &progress, &more))
 			failed = true;
 		if (!run_chunks("pgjq: promote", pgjq_maintenance_promote_chunk, &progress, &more))
+			failed = true;
+		/* the ring's space: a truncation or a chunk of relocated jobs each */
+		if (!ring_reclaim(&progress, &more))
 			failed = true;
 		/* the horizon guard's failure is reported and delays no other work */
 		(void) run_step("pgjq: horizon", pgjq_horizon_check, &n);

@@ -13,6 +13,10 @@
  *   The first of pgjq's callbacks to run crashes, so none has run.
  * - "worker_chunk": in the background worker, after a rescue or promotion
  *   chunk has committed and before the next one starts.
+ * - "worker_reclaim": likewise, after a step of giving the ring's space back
+ *   (a truncation or a relocation) has committed.
+ * - "ring_relocate": after a relocation wrote its copies and log rows,
+ *   before its transaction commits.
  *
  * The setting is superuser-only and empty by default; a point crashes only
  * the process that has the setting when it gets there.  SIGKILL (not

@@ -178,6 +178,27 @@ pgjq_maintenance_prune_one(int skip, int64 *pruned)
 	return r;
 }
 
+/*
+ * One step of giving the ring's space back (truncate its oldest slot, or
+ * copy that slot's stragglers forward), in the caller's transaction.
+ */
+int64
+pgjq_maintenance_ring_reclaim(int limit)
+{
+	int64		n;
+
+	pgjq_storage_begin();
+	n = pgjq_ring_reclaim(limit);
+	pgjq_storage_end();
+	return n;
+}
+
+int64
+pgjq_maintenance_ring_reclaim_chunk(void)
+{
+	return pgjq_maintenance_ring_reclaim(PGJQ_MAINTENANCE_CHUNK);
+}
+
 /* When the worker must look again: the next due job or lease expiry. */
 TimestampTz
 pgjq_maintenance_next_deadline(void)

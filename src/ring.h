@@ -85,6 +85,10 @@ extern int	pgjq_ring_move(int64 id, const int64 *token);	/* NULL: any claim */
 extern bool pgjq_ring_take_ready(int64 id);
 
 /* ring claims whose lease ended before now (at most limit) */
+/* one step of giving space back: truncation, or relocation of stragglers */
+#define PGJQ_RING_RECLAIM_MAX 100000
+extern int64 pgjq_ring_reclaim(int limit);
+
 extern int	pgjq_ring_expired(TimestampTz now, int limit, int64 *ids, int64 *tokens);
 extern TimestampTz pgjq_ring_next_deadline(void);
 

@@ -44,7 +44,7 @@ typedef struct RingPos
 
 typedef struct RingNode
 {
-	RingPos		p;
+	RingPos		p;				/* p.id is 0 while the node is free */
 	int32		next;			/* next node of the lane or free list, -1 */
 } RingNode;
 
@@ -132,7 +132,12 @@ typedef struct RingFlight
 	int32		attempt;
 	int32		queue_id;
 	RingLane   *lane;			/* its running count is one of this entry */
+	/* a relocated copy of its body, taken on when the owner's xact ends */
+	ItemPointerData reloc_tid;
+	uint16		reloc_slot;		/* RING_NO_SLOT: none */
 } RingFlight;
+
+#define RING_NO_SLOT	0xFFFF
 
 typedef struct RingSlot
 {
@@ -224,6 +229,8 @@ extern bool ring_writing(void);
 extern void ring_note_truncating(int slot);
 extern bool ring_truncating(void);
 extern void ring_note_table_touch(int32 queue_id, bool at_commit_only);
+extern void ring_reserve_relocated(int n);
+extern void ring_note_relocated(int64 id, int32 node, int from, const RingPos *to);
 extern bool ring_touched_here(int32 queue_id);
 
 #endif							/* PGJQ_RING_INTERNAL_H */

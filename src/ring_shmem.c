@@ -72,6 +72,8 @@ pgjq_ring_shmem_init(bool found_unused)
 		memset(ring, 0, offsetof(RingShared, nodes));
 		ring->lock = &(GetNamedLWLockTranche("pgjq"))[4].lock;
 		for (int i = 0; i < pgjq_ring_positions; i++)
+			ring->nodes[i].p.id = 0;
+		for (int i = 0; i < pgjq_ring_positions; i++)
 			ring->nodes[i].next = (i + 1 < pgjq_ring_positions) ? i + 1 : -1;
 		ring->free_head = pgjq_ring_positions > 0 ? 0 : -1;
 		ring->ndbs = pgjq_max_databases;
@@ -378,6 +380,7 @@ ring_lane_pop_front(RingLane *l, RingPos *p)
 	l->head = ring->nodes[n].next;
 	if (l->head < 0)
 		l->tail = -1;
+	ring->nodes[n].p.id = 0;
 	ring->nodes[n].next = ring->free_head;
 	ring->free_head = n;
 	l->count--;
@@ -402,6 +405,7 @@ ring_lane_remove(RingLane *l, int64 id, RingPos *p)
 			ring->nodes[prev].next = ring->nodes[n].next;
 		if (l->tail == n)
 			l->tail = prev;
+		ring->nodes[n].p.id = 0;
 		ring->nodes[n].next = ring->free_head;
 		ring->free_head = n;
 		l->count--;
@@ -472,6 +476,8 @@ ring_flight_enter(int64 id)
 	key.dbid = MyDatabaseId;
 	f = hash_search(ring_flights, &key, HASH_ENTER_NULL, &found);
 	Assert(f == NULL || !found);
+	if (f != NULL)
+		f->reloc_slot = RING_NO_SLOT;
 	return f;
 }
 
@@ -521,6 +527,23 @@ static TableTouch *p_touch = NULL;
 static int	n_touch = 0,
 			max_touch = 0;
 
+/*
+ * Jobs whose bodies this transaction copied out of the oldest slot
+ * (ring_store.c's relocation): when it commits, their lane node or in-flight
+ * entry moves to the copy (see apply_relocation).
+ */
+typedef struct RingPendingReloc
+{
+	int64		id;
+	int32		node;			/* its lane node when copied, -1 if in flight */
+	uint16		from;
+	RingPos		to;
+	int			level;
+} RingPendingReloc;
+static RingPendingReloc *p_reloc = NULL;
+static int	n_reloc = 0,
+			max_reloc = 0;
+
 static bool my_writer[RING_NSLOTS];
 static bool any_writer = false;
 static int64 my_reserved = 0;
@@ -549,6 +572,84 @@ ring_reserve_local(int nenq, int nclaim, int nclose)
 	p_enq = grow(p_enq, &max_enq, n_enq + nenq, sizeof(RingPendingEnq));
 	p_claim = grow(p_claim, &max_claim, n_claim + nclaim, sizeof(RingPendingId));
 	p_close = grow(p_close, &max_close, n_close + nclose, sizeof(RingPendingId));
+}
+
+void
+ring_reserve_relocated(int n)
+{
+	p_reloc = grow(p_reloc, &max_reloc, n_reloc + n, sizeof(RingPendingReloc));
+}
+
+/* room reserved by ring_reserve_relocated */
+void
+ring_note_relocated(int64 id, int32 node, int from, const RingPos *to)
+{
+	RingPendingReloc *r = &p_reloc[n_reloc++];
+
+	r->id = id;
+	r->node = node;
+	r->from = (uint16) from;
+	r->to = *to;
+	r->level = GetCurrentTransactionNestLevel();
+}
+
+/*
+ * lock held: an in-flight entry whose owner's transaction ends takes on the
+ * relocated copy of its body recorded meanwhile (its owner may have been
+ * reading the old one until now).
+ */
+static void
+flight_take_reloc(RingDb *db, RingFlight *f)
+{
+	if (f->reloc_slot == RING_NO_SLOT)
+		return;
+	if (db)
+	{
+		db->slots[f->slot].open--;
+		db->slots[f->reloc_slot].open++;
+	}
+	f->tid = f->reloc_tid;
+	f->slot = f->reloc_slot;
+	f->reloc_slot = RING_NO_SLOT;
+}
+
+/*
+ * lock held, at commit: every relocated job still where it was copied from
+ * moves to its copy, with its slot's count of unfinished jobs.  A ready job
+ * is found by its lane node (p.id is 0 on free nodes, and a claim that
+ * rolled back may have put it back in another node: then the next
+ * relocation copies it again); a job in flight by its entry, at once if
+ * nobody is closing or claiming it, else when that transaction ends.  A job
+ * found nowhere finished meanwhile: its copy is never read.
+ */
+static void
+apply_relocation(RingDb *db)
+{
+	for (int i = 0; i < n_reloc; i++)
+	{
+		RingPendingReloc *r = &p_reloc[i];
+		RingFlight *f;
+
+		if (r->node >= 0 && ring->nodes[r->node].p.id == r->id &&
+			ring->nodes[r->node].p.slot == r->from)
+		{
+			ring->nodes[r->node].p.tid = r->to.tid;
+			ring->nodes[r->node].p.slot = r->to.slot;
+			if (db)
+			{
+				db->slots[r->from].open--;
+				db->slots[r->to.slot].open++;
+			}
+			continue;
+		}
+		f = ring_flight_find(r->id);
+		if (f == NULL || f->slot != r->from)
+			continue;
+		f->reloc_tid = r->to.tid;
+		f->reloc_slot = r->to.slot;
+		if (f->state == RF_OPEN)
+			flight_take_reloc(db, f);
+	}
 }
 
 /* a committed enqueue pushes p to the pinned lane (one reserved node) */
@@ -709,7 +810,7 @@ ring_touched_here(int32 queue_id)
 static void
 reset_local(void)
 {
-	n_enq = n_claim = n_close = n_touch = n_drop = 0;
+	n_enq = n_claim = n_close = n_touch = n_drop = n_reloc = 0;
 	if (any_writer)
 		memset(my_writer, 0, sizeof(my_writer));
 	any_writer = false;
@@ -721,7 +822,7 @@ static bool
 has_pending(void)
 {
 	return n_enq > 0 || n_claim > 0 || n_close > 0 || n_touch > 0 || n_drop > 0 ||
-		any_writer || my_truncating >= 0;
+		n_reloc > 0 || any_writer || my_truncating >= 0;
 }
 
 /* lock held: set the table flag of the touched queues (commit or not) */
@@ -790,6 +891,7 @@ undo_claims(int from)
 			ring_lane_settle(l);
 			continue;
 		}
+		flight_take_reloc(ring_db_find(), f);
 		p.id = f->key.id;
 		p.enqueued_at = f->enqueued_at;
 		p.tid = f->tid;
@@ -833,6 +935,7 @@ undo_closes(int from)
 			{
 				f->state = RF_OPEN;
 				f->xid = InvalidTransactionId;
+				flight_take_reloc(ring_db_find(), f);
 			}
 		}
 	}
@@ -903,7 +1006,8 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			pgjq_crash_point("commit");
 			/* only table-engine jobs became ready: most often no ring queue */
-			if (n_enq == 0 && n_claim == 0 && n_close == 0 && n_drop == 0 && !any_writer &&
+			if (n_enq == 0 && n_claim == 0 && n_close == 0 && n_drop == 0 && n_reloc == 0 &&
+				!any_writer &&
 				my_truncating < 0 && !touches_ring_queue())
 			{
 				reset_local();
@@ -938,6 +1042,7 @@ xact_callback(XactEvent event, void *arg)
 					if (!f->pending)
 						ring->held--;
 					f->pending = false;
+					flight_take_reloc(db, f);
 				}
 			}
 			for (int i = 0; i < n_close; i++)
@@ -969,6 +1074,7 @@ xact_callback(XactEvent event, void *arg)
 				ring_lane_settle(l);
 			}
 			touch_tables(true, 0);
+			apply_relocation(db);
 			if (my_truncating >= 0 && db)
 			{
 				RingSlot   *st = &db->slots[my_truncating];
@@ -1028,6 +1134,11 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (p_touch[i].level < level)
 				p_touch[keep++] = p_touch[i];
 		n_touch = keep;
+		keep = 0;
+		for (int i = 0; i < n_reloc; i++)
+			if (p_reloc[i].level < level)
+				p_reloc[keep++] = p_reloc[i];
+		n_reloc = keep;
 		if (my_truncating >= 0 && my_truncating_level >= level)
 		{
 			RingDb	   *db = ring_db();
@@ -1055,6 +1166,9 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		for (int i = 0; i < n_drop; i++)
 			if (p_drop[i].level >= level)
 				p_drop[i].level = level - 1;
+		for (int i = 0; i < n_reloc; i++)
+			if (p_reloc[i].level >= level)
+				p_reloc[i].level = level - 1;
 		if (my_truncating >= 0 && my_truncating_level >= level)
 			my_truncating_level = level - 1;
 	}

@@ -287,7 +287,7 @@ slot_for_write(int appending)
  * finished, in the caller's transaction (one per transaction).  Never waits
  * for a lock: a slot someone still reads is tried again by a later call.
  */
-static void
+static bool
 maybe_truncate(void)
 {
 	RingDb	   *db;
@@ -295,7 +295,7 @@ maybe_truncate(void)
 	char		sql[96];
 
 	if (ring_truncating())
-		return;
+		return false;
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
 	db = ring_db();
 	for (int k = 1; k < RING_NSLOTS; k++)
@@ -315,7 +315,7 @@ maybe_truncate(void)
 	}
 	LWLockRelease(ring->lock);
 	if (s < 0)
-		return;
+		return false;
 	/* from here the abort callback clears the flag */
 	ring_note_truncating(s);
 	if (!ConditionalLockRelationOid(body_oid[s], AccessExclusiveLock) ||
@@ -326,11 +326,12 @@ maybe_truncate(void)
 		ring_db()->slots[s].truncating = false;
 		LWLockRelease(ring->lock);
 		ring_note_truncating(-1);
-		return;
+		return false;
 	}
 	/* rare (once per slot): the catalog work is TRUNCATE's */
 	snprintf(sql, sizeof(sql), "TRUNCATE pgjq.ring_body_%d, pgjq.ring_log_%d", s, s);
 	pgjq_spi_exec_utility(sql);
+	return true;
 }
 
 /* ---------------------------------------------------------------------
@@ -518,11 +519,10 @@ int8_array(const int64 *v, int n)
 	return construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
 }
 
-/* One ring_log row into the current slot. */
+/* One ring_log row into slot s. */
 static void
-log_append(int64 token, TimestampTz at, char kind, const int64 *ids, int n)
+log_append_to(int s, int64 token, TimestampTz at, char kind, const int64 *ids, int n)
 {
-	int			s = slot_for_write(0);
 	Relation	rel = table_open(log_oid[s], RowExclusiveLock);
 	Datum		values[4];
 	bool		nulls[4] = {false, false, false, false};
@@ -536,6 +536,13 @@ log_append(int64 token, TimestampTz at, char kind, const int64 *ids, int n)
 	simple_heap_insert(rel, tup);
 	heap_freetuple(tup);
 	table_close(rel, NoLock);
+}
+
+/* One ring_log row into the current slot. */
+static void
+log_append(int64 token, TimestampTz at, char kind, const int64 *ids, int n)
+{
+	log_append_to(slot_for_write(0), token, at, kind, ids, n);
 }
 
 /* log rows of closed claims, one per distinct token (usually one) */
@@ -1282,6 +1289,196 @@ pgjq_ring_take_ready(int64 id)
 	return taken;
 }
 
+/* ---------------------------------------------------------------------
+ * space: relocation of stragglers
+ * --------------------------------------------------------------------- */
+
+/*
+ * The oldest slot in use if it is worth relocating now, else -1 (lock
+ * held).  Worth it: every slot is in use (the producers' next slot is
+ * this one), it is sealed and nobody writes to it, and at most a quarter of
+ * the jobs it received are unfinished: the stragglers of a slow tenant or
+ * long leases, not a backlog about to be claimed (a backlog is live data;
+ * copying it would only write it twice).
+ */
+static int
+straggler_slot(RingDb *db)
+{
+	int			c = (db->cur_slot + 1) % RING_NSLOTS;
+	RingSlot   *st = &db->slots[c];
+
+	if (!db->ready || st->clean || !st->sealed || st->writers > 0 || st->truncating ||
+		st->open == 0 || st->open * 4 > st->appended)
+		return -1;
+	return c;
+}
+
+typedef struct Straggler
+{
+	int64		id;
+	int32		node;			/* lane node, -1 in flight */
+	ItemPointerData tid;
+	int64		token;			/* in flight: its claim */
+	TimestampTz lease_until;
+} Straggler;
+
+/*
+ * Copy up to `limit` unfinished jobs of the oldest slot forward into the
+ * current one, so that the oldest slot can be truncated; returns how many.
+ *
+ * A copy is the same version of the body (same after_token), and the
+ * transaction writes one 'r' log row naming the copies (so a rebuild knows
+ * which rows are copies when it finds the ring order) and, for jobs in
+ * flight, their claim rows again ('c', same token and lease) in the current
+ * slot, since the claim rows in the oldest slot go with it.  Nothing else
+ * changes: a job keeps its lane position, token and lease.  Shared memory
+ * moves to the copies when the transaction commits (apply_relocation in
+ * ring_shmem.c); until then, and if it rolls back, the old rows serve.  A
+ * rebuild that finds both copies takes the newer one.  A
+ * SHARE UPDATE EXCLUSIVE lock on the old slot's bodies keeps a second
+ * relocation and the truncation away meanwhile; claims and outcomes go on.
+ */
+static int64
+relocate(int limit)
+{
+	RingDb	   *db;
+	int			c,
+				s;
+	int			n = 0,
+				nflight = 0;
+	Straggler  *st = palloc(sizeof(Straggler) * limit);
+	BodyRow    *rows;
+	ItemPointerData *tids;
+	int64	   *ids;
+	HASH_SEQ_STATUS hs;
+	RingLane   *l;
+	RingFlight *f;
+	Relation	rel;
+	TimestampTz now = GetCurrentTimestamp();
+
+	LWLockAcquire(ring->lock, LW_SHARED);
+	db = ring_db_find();
+	c = db == NULL ? -1 : straggler_slot(db);
+	LWLockRelease(ring->lock);
+	if (c < 0 || !ConditionalLockRelationOid(body_oid[c], ShareUpdateExclusiveLock))
+		return 0;
+
+	/* under the lock again: not truncated meanwhile, and who is there */
+	LWLockAcquire(ring->lock, LW_SHARED);
+	db = ring_db_find();
+	if (db == NULL || straggler_slot(db) != c)
+	{
+		LWLockRelease(ring->lock);
+		return 0;
+	}
+	hash_seq_init(&hs, ring_lanes);
+	while ((l = hash_seq_search(&hs)) != NULL)
+	{
+		if (l->key.dbid != MyDatabaseId)
+			continue;
+		for (int32 k = l->head; k >= 0 && n < limit; k = ring->nodes[k].next)
+			if (ring->nodes[k].p.slot == c)
+			{
+				st[n].id = ring->nodes[k].p.id;
+				st[n].node = k;
+				st[n].tid = ring->nodes[k].p.tid;
+				n++;
+			}
+		if (n == limit)
+		{
+			hash_seq_term(&hs);
+			break;
+		}
+	}
+	if (n < limit)
+	{
+		hash_seq_init(&hs, ring_flights);
+		while ((f = hash_seq_search(&hs)) != NULL)
+		{
+			/* claimed or closing: that transaction decides; next time */
+			if (f->key.dbid != MyDatabaseId || f->slot != c || f->state != RF_OPEN)
+				continue;
+			st[n].id = f->key.id;
+			st[n].node = -1;
+			st[n].tid = f->tid;
+			st[n].token = f->token;
+			st[n].lease_until = f->lease_until;
+			n++;
+			nflight++;
+			if (n == limit)
+			{
+				hash_seq_term(&hs);
+				break;
+			}
+		}
+	}
+	LWLockRelease(ring->lock);
+	if (n == 0)
+		return 0;
+
+	rows = palloc(sizeof(BodyRow) * n);
+	tids = palloc(sizeof(ItemPointerData) * n);
+	ids = palloc(sizeof(int64) * n);
+	rel = table_open(body_oid[c], AccessShareLock);
+	for (int i = 0; i < n; i++)
+	{
+		body_fetch(rel, st[i].id, &st[i].tid, &rows[i]);
+		ids[i] = st[i].id;
+	}
+	table_close(rel, NoLock);
+
+	/* the current slot cannot move on meanwhile: its next one is c */
+	s = slot_for_write(n);
+	Assert(s != c);
+	body_append(s, n, rows, tids);
+	log_append_to(s, 0, now, 'r', ids, n);
+	for (int i = n - nflight; i < n; i++)
+	{
+		int			m = 0;
+
+		if (st[i].node == -2)
+			continue;			/* already in a row */
+		for (int j = i; j < n; j++)
+			if (st[j].node == -1 && st[j].token == st[i].token &&
+				st[j].lease_until == st[i].lease_until)
+			{
+				ids[m++] = st[j].id;
+				st[j].node = -2;
+			}
+		log_append_to(s, st[i].token, st[i].lease_until, 'c', ids, m);
+	}
+
+	ring_reserve_relocated(n);
+	for (int i = 0; i < n; i++)
+	{
+		RingPos		to;
+
+		to.id = st[i].id;
+		to.enqueued_at = rows[i].enqueued_at;
+		to.tid = tids[i];
+		to.slot = (uint16) s;
+		ring_note_relocated(st[i].id, st[i].node >= 0 ? st[i].node : -1, c, &to);
+	}
+	pgjq_crash_point("ring_relocate");
+	return n;
+}
+
+/*
+ * One step of giving space back (the background worker's, or
+ * pgjq._ring_reclaim()): truncate the oldest slot if it is closed, else
+ * relocate up to `limit` of its stragglers.  Returns the jobs relocated
+ * plus the slots truncated.
+ */
+int64
+pgjq_ring_reclaim(int limit)
+{
+	if (ring == NULL || !ensure_ready(false))
+		return 0;
+	if (maybe_truncate())
+		return 1;
+	return relocate(Max(limit, 1));
+}
+
 int
 pgjq_ring_expired(TimestampTz now, int limit, int64 *ids, int64 *tokens)
 {
@@ -1539,8 +1736,18 @@ typedef struct RbBody
 	TimestampTz enqueued_at;
 	ItemPointerData tid;
 	uint16		slot;
+	uint8		copies;			/* bit s: slot s holds this version too */
+	ItemPointerData tids[RING_NSLOTS];	/* where, by slot */
 	RingLaneKey key;
 } RbBody;
+
+/* a relocated copy: job id's body in slot s is a copy (an 'r' log row) */
+typedef struct RbCopy
+{
+	int64		id;
+	int32		slot;
+	int32		pad;
+} RbCopy;
 
 static HTAB *
 rb_hash(const char *name, Size keysize, Size entrysize)
@@ -1569,10 +1776,41 @@ typedef struct RbScan
 	HTAB	   *claims;			/* id -> RbClaim */
 	HTAB	   *closed;			/* (id, token) closed */
 	HTAB	   *bodies;			/* id -> RbBody */
+	HTAB	   *copies;			/* RbCopy */
 	int64		rows[RING_NSLOTS];
-	int64		minid[RING_NSLOTS];
+	int64		minid[RING_NSLOTS]; /* of bodies that are not copies */
 	bool		used[RING_NSLOTS];
+	int			cur;			/* the slot producers write to */
 } RbScan;
+
+/*
+ * The current slot: slots in use form an arc in ring order, oldest first;
+ * the current one ends it.  With all four in use, the oldest is the one
+ * whose bodies are oldest, not counting relocated copies (a slot with log
+ * rows or copies only is the newest: producers moved to it and rolled
+ * back, or nothing but copies was written there yet).
+ */
+static int
+current_slot(const RbScan *sc)
+{
+	int			nused = 0;
+	int			oldest = -1;
+
+	for (int s = 0; s < RING_NSLOTS; s++)
+		nused += sc->used[s];
+	if (nused == 0)
+		return 0;
+	if (nused < RING_NSLOTS)
+	{
+		for (int s = 0; s < RING_NSLOTS; s++)
+			if (sc->used[s] && !sc->used[(s + 1) % RING_NSLOTS])
+				return s;
+	}
+	for (int s = 0; s < RING_NSLOTS; s++)
+		if (sc->minid[s] != PG_INT64_MAX && (oldest < 0 || sc->minid[s] < sc->minid[oldest]))
+			oldest = s;
+	return oldest < 0 ? 0 : (oldest + RING_NSLOTS - 1) % RING_NSLOTS;
+}
 
 /* Scan the live slots (in the current memory context). */
 static void
@@ -1580,10 +1818,12 @@ scan_tables(RbScan *sc)
 {
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
 	RbBody	   *b;
+	HASH_SEQ_STATUS hs;
 
 	sc->claims = rb_hash("pgjq rb claims", sizeof(int64), sizeof(RbClaim));
 	sc->closed = rb_hash("pgjq rb closed", sizeof(RbPair), sizeof(RbPair));
 	sc->bodies = rb_hash("pgjq rb bodies", sizeof(int64), sizeof(RbBody));
+	sc->copies = rb_hash("pgjq rb copies", sizeof(RbCopy), sizeof(RbCopy));
 	for (int s = 0; s < RING_NSLOTS; s++)
 	{
 		sc->rows[s] = 0;
@@ -1611,6 +1851,17 @@ scan_tables(RbScan *sc)
 			int			n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 			int64	   *ids = (int64 *) ARR_DATA_PTR(arr);
 
+			if (kind == 'r')
+			{
+				/* relocated copies, in this slot's bodies */
+				for (int i = 0; i < n; i++)
+				{
+					RbCopy		k = {ids[i], s, 0};
+
+					hash_search(sc->copies, &k, HASH_ENTER, NULL);
+				}
+				continue;
+			}
 			for (int i = 0; i < n; i++)
 			{
 				bool		found;
@@ -1653,8 +1904,11 @@ scan_tables(RbScan *sc)
 			Datum		d = heap_getattr(tup, B_AFTER, desc, &isnull);
 			int64		after = isnull ? 0 : DatumGetInt64(d);
 
+			RbCopy		ck = {id, s, 0};
+
 			sc->rows[s]++;
-			sc->minid[s] = Min(sc->minid[s], id);
+			if (hash_search(sc->copies, &ck, HASH_FIND, NULL) == NULL)
+				sc->minid[s] = Min(sc->minid[s], id);
 			b = hash_search(sc->bodies, &id, HASH_ENTER, &found);
 			if (!found || b->after < after)
 			{
@@ -1667,13 +1921,43 @@ scan_tables(RbScan *sc)
 				b->enqueued_at = r.enqueued_at;
 				b->tid = tup->t_self;
 				b->slot = s;
+				b->copies = 0;
 				body_lane_key(&r, &b->key);
+			}
+			if (b->after == after)
+			{
+				b->copies |= 1 << s;
+				b->tids[s] = tup->t_self;
 			}
 		}
 		table_endscan(scan);
 		table_close(rel, AccessShareLock);
 	}
 	UnregisterSnapshot(snap);
+
+	/*
+	 * A relocated job has the same version in two slots until the older one
+	 * is truncated: the newer copy (in ring order) is the one that counts, as
+	 * in shared memory once the relocation committed.
+	 */
+	sc->cur = current_slot(sc);
+	hash_seq_init(&hs, sc->bodies);
+	while ((b = hash_seq_search(&hs)) != NULL)
+	{
+		if ((b->copies & (b->copies - 1)) == 0)
+			continue;			/* one slot */
+		for (int age = 0; age < RING_NSLOTS; age++)
+		{
+			int			t = (sc->cur + RING_NSLOTS - age) % RING_NSLOTS;
+
+			if (b->copies & (1 << t))
+			{
+				b->slot = t;
+				b->tid = b->tids[t];
+				break;
+			}
+		}
+	}
 }
 
 /* A job's durable state: 'r' ready, 'a' in flight (*claim), 'f' finished. */
@@ -1701,7 +1985,6 @@ rebuild(void)
 	RbScan		sc;
 	int64		open[RING_NSLOTS] = {0};
 	int64	   *rows = sc.rows;
-	int64	   *minid = sc.minid;
 	bool	   *used = sc.used;
 	RbBody	  **list;
 	int64		nlist = 0,
@@ -1709,40 +1992,14 @@ rebuild(void)
 				nflight = 0;
 	HASH_SEQ_STATUS hs;
 	RbBody	   *b;
-	int			cur = 0;
-	int			nused = 0;
+	int			cur;
 	RingDb	   *db;
 	const char *full = NULL;
 	HTAB	   *bodies;
 
 	scan_tables(&sc);
 	bodies = sc.bodies;
-
-	/*
-	 * The current slot: slots in use form an arc in ring order, oldest first;
-	 * the current one ends it.  With all four in use, the oldest is the one
-	 * whose bodies are oldest (a slot with log rows only is the newest:
-	 * producers moved to it and rolled back).
-	 */
-	for (int s = 0; s < RING_NSLOTS; s++)
-		nused += used[s];
-	if (nused == 0)
-		cur = 0;
-	else if (nused < RING_NSLOTS)
-	{
-		for (int s = 0; s < RING_NSLOTS; s++)
-			if (used[s] && !used[(s + 1) % RING_NSLOTS])
-				cur = s;
-	}
-	else
-	{
-		int			oldest = -1;
-
-		for (int s = 0; s < RING_NSLOTS; s++)
-			if (rows[s] > 0 && (oldest < 0 || minid[s] < minid[oldest]))
-				oldest = s;
-		cur = oldest < 0 ? 0 : (oldest + RING_NSLOTS - 1) % RING_NSLOTS;
-	}
+	cur = sc.cur;
 
 	/* every job: ready, in flight or finished; in enqueue order */
 	list = palloc(sizeof(RbBody *) * Max(hash_get_num_entries(bodies), 1));
@@ -1982,6 +2239,26 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 }
 
 PG_FUNCTION_INFO_V1(pgjq_ring_counts_sql);
+PG_FUNCTION_INFO_V1(pgjq_ring_reclaim_sql);
+
+/* pgjq._ring_reclaim(max_jobs) */
+Datum
+pgjq_ring_reclaim_sql(PG_FUNCTION_ARGS)
+{
+	int32		max_jobs = PG_GETARG_INT32(0);
+
+	if (max_jobs < 1 || max_jobs > PGJQ_RING_RECLAIM_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_jobs must be between 1 and %d", PGJQ_RING_RECLAIM_MAX)));
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("pgjq maintenance cannot run during recovery"),
+				 errhint("The background worker of the primary runs it.")));
+	pgjq_ring_require();
+	PG_RETURN_INT64(pgjq_maintenance_ring_reclaim(max_jobs));
+}
 
 /* pgjq._ring_counts(): (queue_id, ready, running, oldest_ready) of this database's ring queues */
 Datum
@@ -2050,6 +2327,8 @@ typedef struct VerifyMem
 	char		state;			/* 'r' in a lane (or being claimed), 'a' in
 								 * flight */
 	int64		token;
+	int			slot;			/* the slot of the body it points to */
+	ItemPointerData tid;
 } VerifyMem;
 
 static void
@@ -2135,6 +2414,8 @@ verify_once(PgjqVerifyRow **rows)
 				m = hash_search(mem, &ring->nodes[k].p.id, HASH_ENTER, NULL);
 				m->state = 'r';
 				m->token = 0;
+				m->slot = ring->nodes[k].p.slot;
+				m->tid = ring->nodes[k].p.tid;
 			}
 		}
 		hash_seq_init(&hs, ring_flights);
@@ -2146,6 +2427,8 @@ verify_once(PgjqVerifyRow **rows)
 			/* an open transaction's claim is still ready in the tables */
 			m->state = f->state == RF_CLAIMING ? 'r' : 'a';
 			m->token = f->token;
+			m->slot = f->slot;
+			m->tid = f->tid;
 		}
 	}
 	LWLockRelease(ring->lock);
@@ -2161,8 +2444,14 @@ verify_once(PgjqVerifyRow **rows)
 		char	   *object = psprintf("job " INT64_FORMAT, b->id);
 
 		m = hash_search(mem, &b->id, HASH_FIND, NULL);
+		/* shared memory may point to either copy of a relocated job */
 		if (st != 'f')
-			open[b->slot]++;
+			open[m != NULL && (b->copies & (1 << m->slot)) ? m->slot : b->slot]++;
+		if (m != NULL && st != 'f' &&
+			(!(b->copies & (1 << m->slot)) ||
+			 !ItemPointerEquals(&m->tid, &b->tids[m->slot])))
+			verify_add(rows, &n, &max, object, psprintf("its body in slot %d", b->slot),
+					   psprintf("a position in slot %d that is not its body", m->slot));
 		if (st == 'f' && m != NULL)
 			verify_add(rows, &n, &max, object, "finished", state_name(m->state, m->token));
 		else if (st != 'f' && m == NULL)
@@ -2270,6 +2559,8 @@ standby_job(int64 id, char *state, TimestampTz *lease, BodyRow *b)
 					continue;
 				token = DatumGetInt64(heap_getattr(tup, 1, desc, &isnull));
 				kind = DatumGetChar(heap_getattr(tup, 3, desc, &isnull));
+				if (kind == 'r')
+					break;		/* a relocated copy, not a claim */
 				if (token > maxtok)
 				{
 					maxtok = token;

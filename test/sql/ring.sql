@@ -232,6 +232,75 @@ SELECT area, replace(object, :'forged', 'F') AS object, expected, found FROM pgj
 DELETE FROM pgjq.ring_log_0 WHERE token = 9999999;
 SELECT * FROM pgjq.verify();
 
+---------------------------------------------------------------- stragglers relocated
+-- A slot whose last jobs wait (a slow tenant's ready job, a running job with
+-- a long lease) would keep the ring from moving on: once every slot is in
+-- use, _ring_reclaim() (the background worker's step) copies them into the
+-- current slot, and the old slots are truncated.  Nothing else changes.
+CREATE FUNCTION pg_temp.slots_with_bodies() RETURNS bigint LANGUAGE sql AS $$
+  SELECT count(*) FILTER (WHERE pg_relation_size(c.oid) > 0) FROM pg_class c
+   WHERE c.relnamespace = 'pgjq'::regnamespace AND c.relname LIKE 'ring\_body\__' $$;
+SELECT count(*) AS drained FROM pgjq.claim('rq', 100) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+SELECT pgjq._ring_reclaim(0);
+\echo :SQLSTATE
+SET pgjq.engine = 'ring';
+SELECT pgjq.create_queue('rq_slow');
+RESET pgjq.engine;
+SET pgjq.ring_slot_rows = 4;
+-- start from a full current slot and the other three empty
+SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{}'::jsonb, ARRAY[4]));
+SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+SELECT pgjq._ring_reclaim() <= 1 AS reclaimed;
+SELECT pgjq._ring_reclaim() <= 1 AS reclaimed;
+SELECT pgjq._ring_reclaim() <= 1 AS reclaimed;
+SELECT pg_temp.slots_with_bodies();
+-- one slot gets the slow tenant's job and seven others, one of which runs
+-- for a day
+SELECT pgjq.enqueue('rq_slow', '{"n": "slow"}') AS slow \gset
+SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{"n": "round 1"}'::jsonb, ARRAY[7]));
+SELECT id AS long, token AS long_tok FROM pgjq.claim('rq', 1, lease => '1 day') \gset
+SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{}'::jsonb, ARRAY[4]));
+SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{}'::jsonb, ARRAY[4]));
+SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{}'::jsonb, ARRAY[4]));
+SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+-- every slot is in use now; the producers' next slot holds the stragglers
+SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{}'::jsonb, ARRAY[4]));
+SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+SELECT pg_temp.slots_with_bodies();
+-- a relocation that rolls back (whole or to a savepoint) changes nothing
+BEGIN;
+SELECT pgjq._ring_reclaim() AS relocated;
+ROLLBACK;
+BEGIN;
+SAVEPOINT s;
+SELECT pgjq._ring_reclaim() AS relocated;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT * FROM pgjq.verify();
+-- the two stragglers are copied, then the three old slots are truncated
+SELECT pgjq._ring_reclaim() AS relocated;
+SELECT * FROM pgjq.verify();
+SELECT pgjq._ring_reclaim() AS truncated;
+SELECT pgjq._ring_reclaim() AS truncated;
+SELECT pgjq._ring_reclaim() AS truncated;
+SELECT pgjq._ring_reclaim() AS nothing_left;
+SELECT pg_temp.slots_with_bodies();
+RESET pgjq.ring_slot_rows;
+SELECT * FROM pgjq.verify();
+-- both kept their state: the running one its token and lease, the ready one
+-- its place
+SELECT state, attempt, lease_until > now() + '23 hours' AS long_lease FROM pgjq.job(:long);
+SELECT state FROM pgjq.job(:slow);
+SELECT pgjq.heartbeat(:long, :long_tok + 1) AS stale_heartbeat;
+SELECT pgjq.complete(:long, :long_tok) AS completed;
+SELECT id = :slow AS the_slow_job, payload FROM pgjq.claim('rq_slow', 10) c, pgjq.complete(c.id, c.token) ok;
+SELECT state FROM pgjq.job(:long);
+SELECT * FROM pgjq.verify();
+SELECT pgjq.drop_queue('rq_slow');
+
 ---------------------------------------------------------------- purge, drop
 SELECT pgjq.enqueue_many('rq', ARRAY['{}', '{}', '{}']::jsonb[]) IS NOT NULL AS enqueued;
 SELECT id AS held, token AS held_tok FROM pgjq.claim('rq', 1) \gset
