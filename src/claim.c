@@ -164,7 +164,7 @@ queue_claim(const PgjqQueue *q, int granted, TimestampTz lease_until, const char
 				 ring_prio < table_prio)
 		{
 			/* the ring has more urgent jobs: they go first */
-			got = pgjq_ring_claim(q, granted, lease_until, token, jobs);
+			got = pgjq_ring_claim(q, granted, lease_until, quota, token, jobs);
 			*from_table = 0;
 			if (got < granted)
 			{
@@ -184,7 +184,7 @@ queue_claim(const PgjqQueue *q, int granted, TimestampTz lease_until, const char
 	}
 	*from_table = got;
 	if (got < granted)
-		got += pgjq_ring_claim(q, granted - got, lease_until, token, jobs + got);
+		got += pgjq_ring_claim(q, granted - got, lease_until, quota, token, jobs + got);
 	return got;
 }
 
@@ -646,7 +646,7 @@ pgjq_await_ready(PG_FUNCTION_ARGS)
 						ring_running;
 			TimestampTz oldest;
 
-			pgjq_ring_counts(rows[r].queue_id, &ring_ready, &ring_running, &oldest);
+			pgjq_ring_counts(rows[r].queue_id, false, &ring_ready, &ring_running, &oldest);
 			if (ring_ready == 0)
 				rows[r].queue_id = 0;
 		}
@@ -660,7 +660,9 @@ pgjq_await_ready(PG_FUNCTION_ARGS)
 			continue;			/* nothing ready */
 		if (pgjq_limits_queue_full(q->queue_id, q->concurrency))
 			continue;
-		if (q->key_concurrency > 0 && !ready_key_below_limit(q->queue_id, q->key_concurrency))
+		/* a ring lane is parked while its key is full (ring.h) */
+		if (q->key_concurrency > 0 && !pgjq_ring_claimable(q->queue_id) &&
+			!ready_key_below_limit(q->queue_id, q->key_concurrency))
 			continue;
 		/* no commit refills a bucket: await() sleeps until the token is due */
 		token_in_us = pgjq_limits_next_token_us(q);

@@ -149,6 +149,8 @@ typedef struct WakeUp
 
 static PendingOp *pending = NULL;
 static WakeUp *wakeups = NULL;	/* resolve's scratch, as large as pending */
+static int32 *freed_qids = NULL;	/* keys whose count went down: ring.h */
+static uint64 *freed_hashes = NULL; /* (resolve's scratch too) */
 static int	npending = 0;
 static int	maxpending = 0;
 static bool callbacks_registered = false;
@@ -174,7 +176,7 @@ static TimestampTz retry_count_at = 0;
 static PgjqLeftRunningHook prev_left_running_hook = NULL;
 static PgjqStorageBeginHook prev_storage_begin_hook = NULL;
 
-static void left_running(int32 queue_id, const char *fair_key, int n);
+static void left_running(int32 queue_id, const char *fair_key, uint64 keyhash, int n);
 static void storage_begin(void);
 static void xact_callback(XactEvent event, void *arg);
 static void subxact_callback(SubXactEvent event, SubTransactionId mySubid,
@@ -229,12 +231,19 @@ pgjq_limits_startup(void)
 	pgjq_storage_begin_hook = storage_begin;
 }
 
+/* A fair key's counter hash; never 0 (that is the queue's own entry). */
+uint64
+pgjq_limits_key_hash(const char *fair_key, int len)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) fair_key, len, 0x706a71);
+
+	return h == 0 ? 1 : h;
+}
+
 static uint64
 key_hash(const char *fair_key)
 {
-	uint64		h = hash_bytes_extended((const unsigned char *) fair_key, strlen(fair_key), 0x706a71);
-
-	return h == 0 ? 1 : h;
+	return pgjq_limits_key_hash(fair_key, strlen(fair_key));
 }
 
 bool
@@ -436,6 +445,11 @@ static PgjqPlan plan_count_running = {
 	0, {InvalidOid}
 };
 
+static PgjqPlan plan_key_limited = {
+	"SELECT queue_id FROM pgjq.queue WHERE key_concurrency > 0",
+	0, {InvalidOid}
+};
+
 static PgjqPlan plan_count_queue_keys = {
 	"SELECT fair_key, count(*)::int4 FROM pgjq.job WHERE queue_id = $1 AND state = 'a'"
 	" GROUP BY fair_key",
@@ -460,6 +474,12 @@ count_database(Oid incarnation)
 	int			nring;
 	int32	   *ring_qids;
 	int64	   *ring_counts;
+	int			nkeyed,
+				nrk;
+	int32	   *keyed_qids;
+	int32	   *rk_qids;
+	uint64	   *rk_hashes;
+	int64	   *rk_counts;
 
 	(void) forget_gone_databases();
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
@@ -492,8 +512,20 @@ count_database(Oid incarnation)
 		keyed[i] = DatumGetBool(pgjq_spi_get(i, 4, &isnull));
 	}
 
-	/* the ring's running jobs (ring.h): a ring queue has no key limit */
+	/* the key-limited queues, whose ring jobs count per key too */
+	pgjq_spi_run(&plan_key_limited, NULL, NULL, 0);
+	nkeyed = (int) SPI_processed;
+	keyed_qids = palloc(sizeof(int32) * Max(nkeyed, 1));
+	for (int i = 0; i < nkeyed; i++)
+	{
+		bool		isnull;
+
+		keyed_qids[i] = DatumGetInt32(pgjq_spi_get(i, 1, &isnull));
+	}
+
+	/* the ring's running jobs (ring.h), per queue and per (queue, key) */
 	nring = pgjq_ring_running(&ring_qids, &ring_counts);
+	nrk = nkeyed > 0 ? pgjq_ring_running_keys(0, &rk_qids, &rk_hashes, &rk_counts) : 0;
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	db = db_state(MyDatabaseId);
@@ -505,6 +537,26 @@ count_database(Oid incarnation)
 			full = true;
 		else
 			q->running += ring_counts[i];
+	}
+	for (int i = 0; db && i < nrk && !full; i++)
+	{
+		bool		keyed = false;
+		Counter    *q;
+		Counter    *k;
+
+		for (int j = 0; j < nkeyed && !keyed; j++)
+			keyed = keyed_qids[j] == rk_qids[i];
+		if (!keyed)
+			continue;
+		q = counter(rk_qids[i], 0, true);
+		k = q == NULL ? NULL : counter(rk_qids[i], rk_hashes[i], true);
+		if (k == NULL)
+			full = true;
+		else
+		{
+			q->keys_valid = true;
+			k->running += rk_counts[i];
+		}
 	}
 	for (int i = 0; db && i < n && !full; i++)
 	{
@@ -642,11 +694,15 @@ pending_room(int n)
 		{
 			pending = MemoryContextAlloc(TopMemoryContext, sizeof(PendingOp) * newmax);
 			wakeups = MemoryContextAlloc(TopMemoryContext, sizeof(WakeUp) * newmax);
+			freed_qids = MemoryContextAlloc(TopMemoryContext, sizeof(int32) * newmax);
+			freed_hashes = MemoryContextAlloc(TopMemoryContext, sizeof(uint64) * newmax);
 		}
 		else
 		{
 			pending = repalloc(pending, sizeof(PendingOp) * newmax);
 			wakeups = repalloc(wakeups, sizeof(WakeUp) * newmax);
+			freed_qids = repalloc(freed_qids, sizeof(int32) * newmax);
+			freed_hashes = repalloc(freed_hashes, sizeof(uint64) * newmax);
 		}
 		maxpending = newmax;
 	}
@@ -856,6 +912,7 @@ quota_release(PgjqClaimQuota *quota, const char *fair_key, int n)
 		drop_if_idle(c);
 	}
 	LWLockRelease(shared->lock);
+	pgjq_ring_keys_freed(1, &quota->queue->queue_id, &h);
 }
 
 static void
@@ -891,6 +948,10 @@ quota_settle(PgjqClaimQuota *quota, const char *fair_key, int reserved, int pick
 				st->cut_short = true;
 			drop_if_idle(c);
 		}
+		LWLockRelease(shared->lock);
+		if (reserved > picked)
+			pgjq_ring_keys_freed(1, &queue_id, &h);
+		return;
 	}
 	else
 	{
@@ -932,6 +993,10 @@ queue_keys_ready(int32 queue_id)
 	uint64	   *hashes;
 	int32	   *counts;
 	bool		ready = false;
+	int			nrk;
+	int32	   *rk_qids;
+	uint64	   *rk_hashes;
+	int64	   *rk_counts;
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	q = counter_or_error(queue_id, 0, true);
@@ -957,6 +1022,8 @@ queue_keys_ready(int32 queue_id)
 		hashes[i] = key_hash(TextDatumGetCString(pgjq_spi_get(i, 1, &isnull)));
 		counts[i] = DatumGetInt32(pgjq_spi_get(i, 2, &isnull));
 	}
+	/* and the queue's running ring jobs (their claims count as untracked) */
+	nrk = pgjq_ring_running_keys(queue_id, &rk_qids, &rk_hashes, &rk_counts);
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	q = counter(queue_id, 0, false);
@@ -983,6 +1050,25 @@ queue_keys_ready(int32 queue_id)
 				counters_full_error();
 			}
 			k->running = counts[i];
+		}
+		for (int i = 0; i < nrk; i++)
+		{
+			Counter    *k = counter(queue_id, rk_hashes[i], true);
+
+			if (k == NULL)
+			{
+				HASH_SEQ_STATUS scan;
+				Counter    *c;
+
+				hash_seq_init(&scan, counters);
+				while ((c = hash_seq_search(&scan)) != NULL)
+					if (c->key.dboid == MyDatabaseId && c->key.queue_id == queue_id &&
+						c->key.keyhash != 0)
+						hash_search(counters, &c->key, HASH_REMOVE, NULL);
+				LWLockRelease(shared->lock);
+				counters_full_error();
+			}
+			k->running += rk_counts[i];
 		}
 		q->keys_valid = true;
 		ready = true;
@@ -1022,6 +1108,109 @@ pgjq_limits_init_quota(PgjqClaimQuota *quota, const PgjqQueue *queue)
 	quota->state = st;
 }
 
+/* Room for n more pending changes, before a caller takes a lock of its own. */
+void
+pgjq_limits_reserve_room(int n)
+{
+	if (shared != NULL)
+		pending_room(n);
+}
+
+/*
+ * One job of the key (its pgjq_limits_key_hash) for a ring claim of a
+ * key-limited queue, counted as a reservation like quota_reserve's.  Called
+ * under the ring's lock (the lock order is ring, then counters), so it never
+ * raises: 1 taken, 0 the key is at its limit, -1 no counter entry is free
+ * (the caller raises after releasing its lock), -2 the keys cannot be
+ * counted now (take nothing).  pgjq_limits_reserve_room made room for the
+ * pending change.
+ */
+int
+pgjq_limits_ring_key_take(PgjqClaimQuota *quota, uint64 keyhash)
+{
+	QuotaState *st = quota->state;
+	int32		queue_id = quota->queue->queue_id;
+	Counter    *c;
+	int			r = 1;
+
+	if (!st->key_limited)
+		return 1;
+	if (st->blocked || npending >= maxpending)
+	{
+		st->cut_short = true;
+		return -2;
+	}
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	c = counter(queue_id, keyhash, true);
+	if (c == NULL)
+		r = -1;
+	else if (c->running - own_ends(queue_id, keyhash) >= quota->queue->key_concurrency)
+	{
+		st->cut_short = true;
+		drop_if_idle(c);
+		r = 0;
+	}
+	else
+	{
+		c->running++;
+		add_pending(queue_id, keyhash, 1, OP_COUNT);
+	}
+	LWLockRelease(shared->lock);
+	return r;
+}
+
+/*
+ * After a ring claim of a queue without a key limit: its n jobs (keys as
+ * pgjq_limits_key_hash) count per key if the queue's keys are tracked, else
+ * as untracked changes, as quota_settle does for pgjq.job's claims.
+ */
+void
+pgjq_limits_ring_settle(const PgjqQueue *queue, int n, const uint64 *hashes)
+{
+	Counter    *q;
+
+	if (shared == NULL || !tracking() || n <= 0 || queue->key_concurrency > 0)
+		return;
+	pending_room(n + 1);
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	q = counter(queue->queue_id, 0, false);
+	if (q && q->keys_valid)
+	{
+		for (int i = 0; i < n; i++)
+		{
+			Counter    *c = counter(queue->queue_id, hashes[i], true);
+
+			if (c == NULL)
+			{
+				LWLockRelease(shared->lock);
+				counters_full_error();
+			}
+			c->running++;
+			add_pending(queue->queue_id, hashes[i], 1, OP_COUNT);
+		}
+	}
+	else if (q)
+	{
+		q->untracked += n;
+		add_pending(queue->queue_id, 0, n, OP_UNTRACKED);
+	}
+	LWLockRelease(shared->lock);
+}
+
+/* The error for pgjq_limits_ring_key_take's -1. */
+void
+pgjq_limits_counters_full(void)
+{
+	counters_full_error();
+}
+
+/* A ring claim found only lanes parked at their key's limit. */
+void
+pgjq_limits_quota_held(PgjqClaimQuota *quota)
+{
+	((QuotaState *) quota->state)->cut_short = true;
+}
+
 /* True when a key limit refused some of what the claim asked for. */
 bool
 pgjq_limits_quota_cut_short(PgjqClaimQuota *quota)
@@ -1029,15 +1218,18 @@ pgjq_limits_quota_cut_short(PgjqClaimQuota *quota)
 	return ((QuotaState *) quota->state)->cut_short;
 }
 
-/* Storage hook: n jobs of (queue, key) stop running at commit. */
+/*
+ * Storage hook: n jobs of (queue, key) stop running at commit (fair_key
+ * NULL: keyhash is its pgjq_limits_key_hash, from the ring).
+ */
 static void
-left_running(int32 queue_id, const char *fair_key, int n)
+left_running(int32 queue_id, const char *fair_key, uint64 keyhash, int n)
 {
 	Counter    *q;
 	PendingKind kind = OP_COUNT;
 
 	if (prev_left_running_hook)
-		prev_left_running_hook(queue_id, fair_key, n);
+		prev_left_running_hook(queue_id, fair_key, keyhash, n);
 	if (n <= 0 || !tracking())
 		return;
 	pending_room(2);
@@ -1052,8 +1244,18 @@ left_running(int32 queue_id, const char *fair_key, int n)
 	if (kind == OP_UNTRACKED)
 		add_pending(queue_id, 0, n, OP_UNTRACKED);
 	else if (q)
-		add_pending(queue_id, key_hash(fair_key), -n, OP_COUNT);
+	{
+		keyhash = fair_key ? key_hash(fair_key) : keyhash;
+		add_pending(queue_id, keyhash, -n, OP_COUNT);
+	}
 	LWLockRelease(shared->lock);
+
+	/*
+	 * A claim later in this transaction may use the key's room (own_ends): a
+	 * ring lane parked at the key's limit must be in its ring for it
+	 */
+	if (kind == OP_COUNT && q)
+		pgjq_ring_keys_freed(1, &queue_id, &keyhash);
 }
 
 /* drop_queue: forget the queue's counters when the transaction commits. */
@@ -1089,6 +1291,7 @@ resolve(bool commit, int level)
 {
 	int			kept = 0;
 	int			nwake = 0;
+	int			nfreed = 0;
 	bool		same_db;
 
 	if (npending == 0)
@@ -1133,6 +1336,12 @@ resolve(bool commit, int level)
 						wakeups[nwake].n = -change;
 						nwake++;
 					}
+					if (op->keyhash != 0)
+					{
+						freed_qids[nfreed] = op->queue_id;
+						freed_hashes[nfreed] = op->keyhash;
+						nfreed++;
+					}
 					drop_if_idle(c);
 				}
 				break;
@@ -1153,6 +1362,9 @@ resolve(bool commit, int level)
 	npending = kept;
 	LWLockRelease(shared->lock);
 
+	/* the ring's lanes parked at these keys' limits may go on (never fails) */
+	if (nfreed > 0)
+		pgjq_ring_keys_freed(nfreed, freed_qids, freed_hashes);
 	/* O(waiters) each: not under the counters' lock */
 	for (int i = 0; i < nwake; i++)
 		pgjq_wait_wake(MyDatabaseId, wakeups[i].queue_id, wakeups[i].n);
@@ -1360,6 +1572,41 @@ pgjq_limits_next_token_us(const PgjqQueue *queue)
 	return wait_us;
 }
 
+/* verify(): running jobs expected per (queue, key), summed over sources */
+typedef struct Expected
+{
+	int32		queue_id;
+	uint64		keyhash;		/* 0: the queue */
+	char	   *name;			/* the key, if known (the ring has hashes
+								 * only) */
+	int32		count;
+} Expected;
+
+static void
+add_expected(Expected **exp, int *n, int *max, int32 queue_id, uint64 keyhash, char *name,
+			 int32 count)
+{
+	for (int i = 0; i < *n; i++)
+		if ((*exp)[i].queue_id == queue_id && (*exp)[i].keyhash == keyhash)
+		{
+			(*exp)[i].count += count;
+			if ((*exp)[i].name == NULL)
+				(*exp)[i].name = name;
+			return;
+		}
+	if (*n == *max)
+	{
+		*max = *max == 0 ? 64 : *max * 2;
+		*exp = *exp == NULL ? palloc(sizeof(Expected) * *max) :
+			repalloc(*exp, sizeof(Expected) * *max);
+	}
+	(*exp)[*n].queue_id = queue_id;
+	(*exp)[*n].keyhash = keyhash;
+	(*exp)[*n].name = name;
+	(*exp)[*n].count = count;
+	(*n)++;
+}
+
 /*
  * verify(): compare this database's counters with the running jobs in
  * pgjq.job, read in the caller's SPI connection with a new snapshot.  Each
@@ -1389,9 +1636,16 @@ pgjq_limits_verify(PgjqLimitsDiff **diffs)
 	int			ndiffs = 0;
 	HASH_SEQ_STATUS scan;
 	Counter    *c;
-	int			nring;
+	int			nring,
+				nrk;
 	int32	   *ring_qids;
 	int64	   *ring_counts;
+	int32	   *rk_qids;
+	uint64	   *rk_hashes;
+	int64	   *rk_counts;
+	Expected   *exp = NULL;
+	int			nexp = 0,
+				maxexp = 0;
 
 	*diffs = NULL;
 	if (shared == NULL || !ensure_counted())
@@ -1422,77 +1676,70 @@ pgjq_limits_verify(PgjqLimitsDiff **diffs)
 	 * difference
 	 */
 	nring = pgjq_ring_running(&ring_qids, &ring_counts);
-	*diffs = palloc(sizeof(PgjqLimitsDiff) * (n + nring + nentries + 1));
-	for (int i = 0; i < nring; i++)
-	{
-		Entry	   *q = NULL;
+	nrk = pgjq_ring_running_keys(0, &rk_qids, &rk_hashes, &rk_counts);
+	*diffs = palloc(sizeof(PgjqLimitsDiff) * (n + nring + nrk + nentries + 1));
 
-		for (int e = 0; e < nentries; e++)
-			if (entries[e].queue_id == ring_qids[i] && entries[e].keyhash == 0)
-				q = &entries[e];
-		if (q != NULL)
-			q->expected += ring_counts[i];
-		else if (ring_counts[i] > 0)
-		{
-			(*diffs)[ndiffs].queue_id = ring_qids[i];
-			(*diffs)[ndiffs].fair_key = NULL;
-			(*diffs)[ndiffs].expected = (int32) ring_counts[i];
-			(*diffs)[ndiffs].found = 0;
-			ndiffs++;
-		}
-	}
+	/* expected per queue: pgjq.job's running jobs and the ring's */
+	for (int i = 0; i < nring; i++)
+		add_expected(&exp, &nexp, &maxexp, ring_qids[i], 0, NULL, (int32) ring_counts[i]);
 	for (int i = 0; i < n; i++)
 	{
 		bool		isnull;
 		int32		qid = DatumGetInt32(pgjq_spi_get(i, 1, &isnull));
 		char	   *key = TextDatumGetCString(pgjq_spi_get(i, 2, &isnull));
 		int32		count = DatumGetInt32(pgjq_spi_get(i, 3, &isnull));
+
+		add_expected(&exp, &nexp, &maxexp, qid, 0, NULL, count);
+		add_expected(&exp, &nexp, &maxexp, qid, key_hash(key), key, count);
+	}
+	/* and per key: the ring knows its keys by hash only */
+	for (int i = 0; i < nrk; i++)
+		add_expected(&exp, &nexp, &maxexp, rk_qids[i], rk_hashes[i], NULL, (int32) rk_counts[i]);
+
+	for (int x = 0; x < nexp; x++)
+	{
+		Expected   *ex = &exp[x];
 		Entry	   *q = NULL;
 		Entry	   *k = NULL;
 
 		for (int e = 0; e < nentries; e++)
 		{
-			if (entries[e].queue_id != qid)
+			if (entries[e].queue_id != ex->queue_id)
 				continue;
 			if (entries[e].keyhash == 0)
 				q = &entries[e];
-			else if (entries[e].keyhash == key_hash(key))
+			else if (entries[e].keyhash == ex->keyhash)
 				k = &entries[e];
 		}
-		if (q == NULL)
+		if (ex->keyhash == 0)
 		{
-			/* running jobs of a queue the counters do not know */
-			(*diffs)[ndiffs].queue_id = qid;
-			(*diffs)[ndiffs].fair_key = NULL;
-			(*diffs)[ndiffs].expected = count;
-			(*diffs)[ndiffs].found = 0;
-			ndiffs++;
-			continue;
-		}
-		q->expected += count;
-		if (!q->keys_valid || q->skip)
-			continue;
-		if (k == NULL)
-		{
-			(*diffs)[ndiffs].queue_id = qid;
-			(*diffs)[ndiffs].fair_key = key;
-			(*diffs)[ndiffs].expected = count;
-			(*diffs)[ndiffs].found = 0;
-			ndiffs++;
-		}
-		else
-		{
-			k->expected = count;
-			if (k->running != count)
+			if (q != NULL)
+				q->expected = ex->count;
+			else if (ex->count > 0)
 			{
-				(*diffs)[ndiffs].queue_id = qid;
-				(*diffs)[ndiffs].fair_key = key;
-				(*diffs)[ndiffs].expected = count;
-				(*diffs)[ndiffs].found = k->running;
+				/* running jobs of a queue the counters do not know */
+				(*diffs)[ndiffs].queue_id = ex->queue_id;
+				(*diffs)[ndiffs].fair_key = NULL;
+				(*diffs)[ndiffs].expected = ex->count;
+				(*diffs)[ndiffs].found = 0;
 				ndiffs++;
 			}
-			k->skip = true;		/* compared */
+			continue;
 		}
+		/* a key: compared when the queue's keys are tracked and settled */
+		if (q == NULL || !q->keys_valid || q->skip)
+			continue;
+		if (k == NULL || k->running != ex->count)
+		{
+			(*diffs)[ndiffs].queue_id = ex->queue_id;
+			(*diffs)[ndiffs].fair_key = ex->name ? ex->name :
+				psprintf("(key hash %016llx)", (unsigned long long) ex->keyhash);
+			(*diffs)[ndiffs].expected = ex->count;
+			(*diffs)[ndiffs].found = k ? k->running : 0;
+			ndiffs++;
+		}
+		if (k != NULL)
+			k->skip = true;		/* compared */
 	}
 	for (int e = 0; e < nentries; e++)
 	{
@@ -1501,7 +1748,7 @@ pgjq_limits_verify(PgjqLimitsDiff **diffs)
 
 		if (en->keyhash != 0)
 		{
-			/* a key entry no running job of the table matched */
+			/* a key entry no running job matched */
 			for (int f = 0; f < nentries; f++)
 				if (entries[f].queue_id == en->queue_id && entries[f].keyhash == 0 &&
 					(entries[f].skip || !entries[f].keys_valid))

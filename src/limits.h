@@ -26,6 +26,12 @@ extern bool pgjq_limits_quota_cut_short(PgjqClaimQuota *quota);
 extern void pgjq_limits_note_held_back(int32 queue_id);
 extern void pgjq_limits_queue_dropped(int32 queue_id);
 extern bool pgjq_limits_key_full(int32 queue_id, const char *fair_key, int32 key_concurrency);
+extern uint64 pgjq_limits_key_hash(const char *fair_key, int len);
+extern void pgjq_limits_reserve_room(int n);
+extern int	pgjq_limits_ring_key_take(PgjqClaimQuota *quota, uint64 keyhash);
+extern void pgjq_limits_counters_full(void);
+extern void pgjq_limits_quota_held(PgjqClaimQuota *quota);
+extern void pgjq_limits_ring_settle(const PgjqQueue *queue, int n, const uint64 *hashes);
 extern int64 pgjq_limits_next_token_us(const PgjqQueue *queue);
 
 /* A counter that disagrees with pgjq.job (verify.c) */

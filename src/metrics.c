@@ -195,10 +195,10 @@ pgjq_metrics_shmem_init(bool found)
  * state, for the call's retry, snooze or rescue.
  */
 static void
-left_running(int32 queue_id, const char *fair_key, int n)
+left_running(int32 queue_id, const char *fair_key, uint64 keyhash, int n)
 {
 	if (prev_left_running_hook)
-		prev_left_running_hook(queue_id, fair_key, n);
+		prev_left_running_hook(queue_id, fair_key, keyhash, n);
 	if (call_queue == -1)
 		call_queue = queue_id;
 	else if (call_queue != queue_id)

@@ -20,9 +20,7 @@
  * shared_preload_libraries.
  *
  * A queue created while pgjq.engine is 'ring' uses the ring engine (ring.h),
- * which needs shared_preload_libraries and has no key limit yet:
- * create_queue and alter_queue refuse key_concurrency for such a queue
- * (0A000); concurrency, rate and burst work.
+ * which needs shared_preload_libraries; every limit works on it.
  *
  *-------------------------------------------------------------------------
  */
@@ -98,20 +96,6 @@ read_settings(FunctionCallInfo fcinfo, PgjqQueueSettings *s)
 		pgjq_limits_require_shmem("a queue limit");
 }
 
-/*
- * The ring engine has no key limits yet (docs/design.md, "The ring engine
- * as built"): concurrency, rate and burst work, key_concurrency not.
- */
-static void
-ring_no_limits(const char *name, const PgjqQueueSettings *s)
-{
-	if (s->key_concurrency > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("queue \"%s\" uses the ring engine, which has no key_concurrency yet", name),
-				 errhint("Create the queue with pgjq.engine = 'table' to use key_concurrency; concurrency, rate and burst work on both.")));
-}
-
 static void
 check_backoff(int64 base_us, int64 max_us)
 {
@@ -141,10 +125,7 @@ pgjq_create_queue(PG_FUNCTION_ARGS)
 	check_backoff(s.backoff_base_us, s.backoff_max_us);
 	s.engine = (char) pgjq_engine;
 	if (s.engine == PGJQ_ENGINE_RING)
-	{
 		pgjq_ring_require();
-		ring_no_limits(name, &s);
-	}
 
 	pgjq_storage_begin();
 	if (!pgjq_storage_queue_insert(name, &s))
@@ -165,8 +146,6 @@ pgjq_alter_queue(PG_FUNCTION_ARGS)
 	read_settings(fcinfo, &s);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(name, &queue);
-	if (queue.engine == PGJQ_ENGINE_RING)
-		ring_no_limits(name, &s);
 	check_backoff(s.backoff_base_us >= 0 ? s.backoff_base_us : queue.backoff_base_us,
 				  s.backoff_max_us >= 0 ? s.backoff_max_us : queue.backoff_max_us);
 	pgjq_storage_queue_update(queue.queue_id, &s);
@@ -174,6 +153,8 @@ pgjq_alter_queue(PG_FUNCTION_ARGS)
 	/* a limit raised or removed lets waiting claims take ready jobs */
 	if (s.concurrency >= 0 || s.key_concurrency >= 0 || s.rate >= 0 || s.burst >= 0)
 		pgjq_wait_note_ready(queue.queue_id, PG_INT32_MAX);
+	if (s.key_concurrency >= 0 && queue.engine == PGJQ_ENGINE_RING)
+		pgjq_ring_queue_altered(queue.queue_id);
 	PG_RETURN_VOID();
 }
 

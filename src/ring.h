@@ -51,7 +51,7 @@ extern void pgjq_ring_require(void);
 /* ring_store.c: the engine's operations, between pgjq_storage_begin/end */
 extern void pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs);
 extern int	pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
-							int64 *token, PgjqClaimedJob *jobs);
+							PgjqClaimQuota *quota, int64 *token, PgjqClaimedJob *jobs);
 
 /*
  * Whether a claim of the ring queue should ask the table engine first: it
@@ -85,6 +85,18 @@ extern int	pgjq_ring_move(int64 id, const int64 *token);	/* NULL: any claim */
 extern bool pgjq_ring_take_ready(int64 id);
 
 /* ring claims whose lease ended before now (at most limit) */
+extern int	pgjq_ring_running_keys(int32 queue_id, int32 **qids, uint64 **hashes,
+								   int64 **counts);
+
+/* alter_queue changed the queue's limits (lanes unparked at commit) */
+extern void pgjq_ring_queue_altered(int32 queue_id);
+
+/* a claim of the queue could take a ring job now (a lane not parked) */
+extern bool pgjq_ring_claimable(int32 queue_id);
+
+/* limits.c: keys whose running count went down (never fails) */
+extern void pgjq_ring_keys_freed(int n, const int32 *queue_ids, const uint64 *hashes);
+
 /* one step of giving space back: truncation, or relocation of stragglers */
 #define PGJQ_RING_RECLAIM_MAX 100000
 extern int64 pgjq_ring_reclaim(int limit);
@@ -109,8 +121,11 @@ extern int	pgjq_ring_verify(PgjqVerifyRow **rows);
 
 /*
  * the ring's ready and running jobs of a queue, and when its oldest ready
- * job was enqueued (0: none), from shared memory
+ * job was enqueued (0: none), from shared memory; committed: as the
+ * committed state says (a claim still open leaves its jobs ready), else as
+ * a claim would find them now
  */
-extern void pgjq_ring_counts(int32 queue_id, int64 *ready, int64 *running, TimestampTz *oldest);
+extern void pgjq_ring_counts(int32 queue_id, bool committed, int64 *ready, int64 *running,
+							 TimestampTz *oldest);
 
 #endif							/* PGJQ_RING_H */

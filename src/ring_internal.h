@@ -75,6 +75,8 @@ typedef struct RingLane
 	int32		running;		/* its jobs in the in-flight table */
 	int32		pinned;			/* positions open producers will push */
 	bool		linked;
+	bool		parked;			/* its key is at key_concurrency: out of the
+								 * ring until a job of the key ends */
 	RingQueue  *queue;
 	struct RingLane *prev;		/* ring links (shared memory has the same */
 	struct RingLane *next;		/* address in every backend) */
@@ -84,6 +86,7 @@ typedef struct RingPrio
 {
 	int32		priority;
 	RingLane   *head;			/* next lane to take from; NULL when none */
+	int32		parked;			/* its lanes parked (the ring must stay) */
 } RingPrio;
 
 typedef struct RingQueueKey
@@ -98,7 +101,9 @@ struct RingQueue
 	int32		nprios;
 	int32		lanes;			/* lanes of this queue in the hash */
 	int64		ready;
-	int64		running;
+	int64		running;		/* in flight, claims not committed too */
+	int64		claiming;		/* in flight by claims not committed */
+	int64		claiming_own;	/* of them, jobs the claimer enqueued */
 	bool		table_maybe;	/* the table engine may have ready jobs */
 	uint64		table_gen;		/* bumped whenever table_maybe is set */
 	RingPrio	prios[RING_MAX_PRIOS];	/* ascending: lower runs first */
@@ -156,6 +161,8 @@ typedef struct RingDb
 	Oid			incarnation;	/* pgjq.ring_body_0's OID when built */
 	bool		ready;			/* state matches the tables */
 	int			cur_slot;
+	bool		stalled;		/* producers found the next slot in use; the
+								 * worker was woken (once per truncation) */
 	RingSlot	slots[RING_NSLOTS];
 	int64		truncations;
 	int64		rebuilds;
@@ -167,6 +174,7 @@ typedef struct RingShared
 	int64		count;			/* ready positions, all databases */
 	int64		reserved;		/* node room reserved by open producers */
 	int64		held;			/* CLAIMING entries (they return on abort) */
+	int64		parked;			/* parked lanes, all databases */
 	int32		free_head;
 	int32		ndbs;
 	RingDb	   *dbs;			/* [ndbs], after the nodes */
@@ -188,6 +196,10 @@ extern void ring_lane_push_front(RingLane *l, const RingPos *p);
 extern void ring_lane_pop_front(RingLane *l, RingPos *p);
 extern bool ring_lane_remove(RingLane *l, int64 id, RingPos *p);
 extern RingLane *ring_next_lane(RingQueue *q);
+extern void ring_lane_park(RingLane *l);
+extern void ring_queue_unpark_all(RingQueue *q);
+extern bool ring_queue_claimable(RingQueue *q);
+extern uint64 ring_limits_hash(uint64 lanehash);
 extern void ring_lane_key(RingLaneKey *k, int32 queue_id, int32 priority, const char *fair_key,
 						  int keylen);
 extern RingFlight *ring_flight_find(int64 id);
@@ -218,9 +230,11 @@ typedef struct RingPendingId
 extern void ring_note_enqueued(const RingPos *p, RingLane *lane);
 extern void ring_reserve_local(int nenq, int nclaim, int nclose);
 extern void ring_note_claimed(int64 id);
+extern void ring_claim_begun(RingFlight *f);
 extern int	ring_take_own(int32 queue_id, int max, RingPos *out, RingLane **lanes);
 extern void ring_take_own_undo(const RingPos *pos, int n);
 extern bool ring_has_own(int32 queue_id);
+extern bool ring_take_own_id(int64 id, RingPos *out, RingLane **lane);
 extern void ring_reserve_dropped(int n);
 extern void ring_note_dropped(const RingPos *p, RingLane *lane);
 extern void ring_note_closed(int64 id, bool was_claiming);

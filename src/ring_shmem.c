@@ -23,6 +23,7 @@
  *-------------------------------------------------------------------------
  */
 #include "ring_internal.h"
+#include "limits.h"
 
 #include "access/xact.h"
 #include "common/hashfn.h"
@@ -173,6 +174,8 @@ ring_clear_db(RingDb *db)
 
 			while (l->count > 0)
 				ring_lane_pop_front(l, &p);
+			if (l->parked)
+				ring->parked--;
 			hash_search(ring_lanes, &l->key, HASH_REMOVE, NULL);
 		}
 	hash_seq_init(&hs, ring_queues);
@@ -201,7 +204,7 @@ ring_queue_get(int32 queue_id, bool create)
 	{
 		q->nprios = 0;
 		q->lanes = 0;
-		q->ready = q->running = 0;
+		q->ready = q->running = q->claiming = q->claiming_own = 0;
 		q->table_maybe = true;
 		q->table_gen = 1;
 	}
@@ -236,7 +239,7 @@ ring_prio_room(RingQueue *q, int32 priority)
 		int			k;
 
 		for (k = 0; k < q->nprios; k++)
-			if (q->prios[k].head == NULL)
+			if (q->prios[k].head == NULL && q->prios[k].parked == 0)
 				break;
 		if (k == q->nprios)
 			return false;
@@ -248,6 +251,7 @@ ring_prio_room(RingQueue *q, int32 priority)
 	memmove(&q->prios[i + 1], &q->prios[i], sizeof(RingPrio) * (q->nprios - i));
 	q->prios[i].priority = priority;
 	q->prios[i].head = NULL;
+	q->prios[i].parked = 0;
 	q->nprios++;
 	return true;
 }
@@ -294,16 +298,42 @@ lane_unlink(RingLane *l)
 	l->linked = false;
 }
 
+/* lock held: out of its priority's ring until a job of its key ends */
+void
+ring_lane_park(RingLane *l)
+{
+	if (l->parked)
+		return;
+	if (l->linked)
+		lane_unlink(l);
+	l->parked = true;
+	prio_of(l->queue, l->key.priority)->parked++;
+	ring->parked++;
+}
+
+static void
+lane_unpark(RingLane *l)
+{
+	l->parked = false;
+	prio_of(l->queue, l->key.priority)->parked--;
+	ring->parked--;
+}
+
 /*
- * After a lane's counts changed: linked exactly when it has ready jobs,
+ * After a lane's counts changed: linked exactly when it has ready jobs (and
+ * is not parked),
  * dropped when nothing refers to it any more.  A priority whose lanes must
  * stay linked keeps its ring (ring_prio_room made it before the first push).
  */
 void
 ring_lane_settle(RingLane *l)
 {
-	bool		want = l->count > 0;
+	bool		want;
 
+	/* a parked lane without ready jobs has nothing left to hold back */
+	if (l->parked && l->count == 0)
+		lane_unpark(l);
+	want = l->count > 0 && !l->parked;
 	if (want && !l->linked)
 		lane_link(l);
 	else if (!want && l->linked)
@@ -327,6 +357,7 @@ ring_lane_get(const RingLaneKey *key, RingQueue *q)
 		l->head = l->tail = -1;
 		l->count = l->running = l->pinned = 0;
 		l->linked = false;
+		l->parked = false;
 		l->prev = l->next = NULL;
 		l->queue = q;
 		q->lanes++;
@@ -421,6 +452,97 @@ ring_lane_remove(RingLane *l, int64 id, RingPos *p)
  * priority's ring, which then turns to the next lane.  NULL when the queue
  * has no ready job.
  */
+/* Every parked lane of the queue back in its ring (lock held; O(lanes)). */
+void
+ring_queue_unpark_all(RingQueue *q)
+{
+	HASH_SEQ_STATUS hs;
+	RingLane   *l;
+	int32		parked = 0;
+
+	for (int i = 0; i < q->nprios; i++)
+		parked += q->prios[i].parked;
+	if (parked == 0)
+		return;
+	hash_seq_init(&hs, ring_lanes);
+	while ((l = hash_seq_search(&hs)) != NULL)
+		if (l->queue == q && l->parked)
+		{
+			lane_unpark(l);
+			ring_lane_settle(l);
+		}
+}
+
+/* A lane of the queue a claim could take from now (lock held). */
+bool
+ring_queue_claimable(RingQueue *q)
+{
+	for (int i = 0; i < q->nprios; i++)
+		if (q->prios[i].head != NULL)
+			return true;
+	return false;
+}
+
+/* The limits.c hash of a lane's key (0, no fair key, is the key ''). */
+uint64
+ring_limits_hash(uint64 lanehash)
+{
+	return lanehash != 0 ? lanehash : pgjq_limits_key_hash("", 0);
+}
+
+/*
+ * limits.c: the running counts of these (queue, key hash) pairs went down
+ * (a job ended, a reservation was given back).  Their parked lanes go back
+ * into their rings; a claim parks a lane again if its key is still full.
+ * Called after limits.c released its lock, in its callbacks too: never
+ * fails.  A claim parks a lane only under the ring's lock right after it
+ * found the key full, so an unpark that follows the decrement cannot be lost.
+ */
+void
+pgjq_ring_keys_freed(int n, const int32 *queue_ids, const uint64 *hashes)
+{
+	uint64		empty;
+
+	if (ring == NULL)
+		return;
+	LWLockAcquire(ring->lock, LW_SHARED);
+	if (ring->parked == 0)
+	{
+		LWLockRelease(ring->lock);
+		return;
+	}
+	LWLockRelease(ring->lock);
+	empty = pgjq_limits_key_hash("", 0);
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < n && ring->parked > 0; i++)
+	{
+		RingQueue  *q = ring_queue_get(queue_ids[i], false);
+
+		if (q == NULL)
+			continue;
+		for (int p = 0; p < q->nprios; p++)
+		{
+			RingLaneKey k;
+			RingLane   *l;
+
+			if (q->prios[p].parked == 0)
+				continue;
+			memset(&k, 0, sizeof(k));
+			k.dbid = MyDatabaseId;
+			k.queue_id = queue_ids[i];
+			k.keyhash = hashes[i] == empty ? 0 : hashes[i];
+			k.priority = q->prios[p].priority;
+			l = hash_search(ring_lanes, &k, HASH_FIND, NULL);
+			if (l != NULL && l->parked)
+			{
+				lane_unpark(l);
+				ring_lane_settle(l);
+			}
+		}
+	}
+	LWLockRelease(ring->lock);
+}
+
 RingLane *
 ring_next_lane(RingQueue *q)
 {
@@ -446,9 +568,8 @@ ring_lane_key(RingLaneKey *k, int32 queue_id, int32 priority, const char *fair_k
 	k->priority = priority;
 	if (fair_key != NULL && keylen > 0)
 	{
-		k->keyhash = hash_bytes_extended((const unsigned char *) fair_key, keylen, 0);
-		if (k->keyhash == 0)
-			k->keyhash = 1;
+		/* limits.c's hash: a key limit counts lanes by it */
+		k->keyhash = pgjq_limits_key_hash(fair_key, keylen);
 	}
 }
 
@@ -544,6 +665,16 @@ static RingPendingReloc *p_reloc = NULL;
 static int	n_reloc = 0,
 			max_reloc = 0;
 
+/* queues whose limits this transaction changed: lanes unparked at commit */
+typedef struct Unpark
+{
+	int32		queue_id;
+	int			level;
+} Unpark;
+static Unpark *p_unpark = NULL;
+static int	n_unpark = 0,
+			max_unpark = 0;
+
 static bool my_writer[RING_NSLOTS];
 static bool any_writer = false;
 static int64 my_reserved = 0;
@@ -572,6 +703,22 @@ ring_reserve_local(int nenq, int nclaim, int nclose)
 	p_enq = grow(p_enq, &max_enq, n_enq + nenq, sizeof(RingPendingEnq));
 	p_claim = grow(p_claim, &max_claim, n_claim + nclaim, sizeof(RingPendingId));
 	p_close = grow(p_close, &max_close, n_close + nclose, sizeof(RingPendingId));
+}
+
+/*
+ * alter_queue changed the queue's limits: when this commits, lanes parked at
+ * the old key limit go back into their rings (a claim parks them again if
+ * their key is still full).
+ */
+void
+pgjq_ring_queue_altered(int32 queue_id)
+{
+	if (ring == NULL)
+		return;
+	p_unpark = grow(p_unpark, &max_unpark, n_unpark + 1, sizeof(Unpark));
+	p_unpark[n_unpark].queue_id = queue_id;
+	p_unpark[n_unpark].level = GetCurrentTransactionNestLevel();
+	n_unpark++;
 }
 
 void
@@ -708,6 +855,21 @@ ring_take_own(int32 queue_id, int max, RingPos *out, RingLane **lanes)
 	return k;
 }
 
+/* lock held: this transaction's own unpublished job id, taken as a claim would */
+bool
+ring_take_own_id(int64 id, RingPos *out, RingLane **lane)
+{
+	for (int i = 0; i < n_enq; i++)
+		if (p_enq[i].p.id == id && !p_enq[i].claimed)
+		{
+			p_enq[i].claimed = true;
+			*out = p_enq[i].p;
+			*lane = p_enq[i].lane;
+			return true;
+		}
+	return false;
+}
+
 /* lock held: p was popped from lane for a purge; caller reserved room */
 void
 ring_note_dropped(const RingPos *p, RingLane *lane)
@@ -810,7 +972,7 @@ ring_touched_here(int32 queue_id)
 static void
 reset_local(void)
 {
-	n_enq = n_claim = n_close = n_touch = n_drop = n_reloc = 0;
+	n_enq = n_claim = n_close = n_touch = n_drop = n_reloc = n_unpark = 0;
 	if (any_writer)
 		memset(my_writer, 0, sizeof(my_writer));
 	any_writer = false;
@@ -822,7 +984,7 @@ static bool
 has_pending(void)
 {
 	return n_enq > 0 || n_claim > 0 || n_close > 0 || n_touch > 0 || n_drop > 0 ||
-		n_reloc > 0 || any_writer || my_truncating >= 0;
+		n_reloc > 0 || n_unpark > 0 || any_writer || my_truncating >= 0;
 }
 
 /* lock held: set the table flag of the touched queues (commit or not) */
@@ -861,6 +1023,28 @@ touches_ring_queue(void)
 	return any;
 }
 
+/* lock held: the claim of f committed or went away (RingQueue.claiming) */
+static void
+claim_ended(RingFlight *f)
+{
+	RingQueue  *q = f->lane->queue;
+
+	q->claiming--;
+	if (f->pending)
+		q->claiming_own--;
+}
+
+/* lock held: a claim of f begins (f->pending set) */
+void
+ring_claim_begun(RingFlight *f)
+{
+	RingQueue  *q = f->lane->queue;
+
+	q->claiming++;
+	if (f->pending)
+		q->claiming_own++;
+}
+
 /* lock held: give back claims with level >= from, newest first */
 static void
 undo_claims(int from)
@@ -878,6 +1062,7 @@ undo_claims(int from)
 		f = ring_flight_find(p_claim[i].id);
 		if (f == NULL || f->state != RF_CLAIMING)
 			continue;			/* cannot happen; never fail here */
+		claim_ended(f);
 		if (f->pending)
 		{
 			/* its own enqueue: pending again if that still stands */
@@ -1007,7 +1192,7 @@ xact_callback(XactEvent event, void *arg)
 			pgjq_crash_point("commit");
 			/* only table-engine jobs became ready: most often no ring queue */
 			if (n_enq == 0 && n_claim == 0 && n_close == 0 && n_drop == 0 && n_reloc == 0 &&
-				!any_writer &&
+				n_unpark == 0 && !any_writer &&
 				my_truncating < 0 && !touches_ring_queue())
 			{
 				reset_local();
@@ -1041,6 +1226,7 @@ xact_callback(XactEvent event, void *arg)
 					f->xid = InvalidTransactionId;
 					if (!f->pending)
 						ring->held--;
+					claim_ended(f);
 					f->pending = false;
 					flight_take_reloc(db, f);
 				}
@@ -1057,6 +1243,8 @@ xact_callback(XactEvent event, void *arg)
 						db->slots[f->slot].open--;
 					l->running--;
 					l->queue->running--;
+					if (p_close[i].was_claiming)
+						claim_ended(f);
 					if (p_close[i].was_claiming && !f->pending)
 						ring->held--;
 					ring_flight_remove(p_close[i].id);
@@ -1075,6 +1263,13 @@ xact_callback(XactEvent event, void *arg)
 			}
 			touch_tables(true, 0);
 			apply_relocation(db);
+			for (int i = 0; i < n_unpark; i++)
+			{
+				RingQueue  *q = ring_queue_get(p_unpark[i].queue_id, false);
+
+				if (q != NULL)
+					ring_queue_unpark_all(q);
+			}
 			if (my_truncating >= 0 && db)
 			{
 				RingSlot   *st = &db->slots[my_truncating];
@@ -1084,6 +1279,7 @@ xact_callback(XactEvent event, void *arg)
 				st->clean = true;
 				st->appended = 0;
 				db->truncations++;
+				db->stalled = false;
 			}
 			LWLockRelease(ring->lock);
 			reset_local();
@@ -1139,6 +1335,11 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (p_reloc[i].level < level)
 				p_reloc[keep++] = p_reloc[i];
 		n_reloc = keep;
+		keep = 0;
+		for (int i = 0; i < n_unpark; i++)
+			if (p_unpark[i].level < level)
+				p_unpark[keep++] = p_unpark[i];
+		n_unpark = keep;
 		if (my_truncating >= 0 && my_truncating_level >= level)
 		{
 			RingDb	   *db = ring_db();
@@ -1169,6 +1370,9 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		for (int i = 0; i < n_reloc; i++)
 			if (p_reloc[i].level >= level)
 				p_reloc[i].level = level - 1;
+		for (int i = 0; i < n_unpark; i++)
+			if (p_unpark[i].level >= level)
+				p_unpark[i].level = level - 1;
 		if (my_truncating >= 0 && my_truncating_level >= level)
 			my_truncating_level = level - 1;
 	}

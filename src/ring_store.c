@@ -257,6 +257,7 @@ slot_for_write(int appending)
 {
 	RingDb	   *db;
 	int			s;
+	bool		stalled = false;
 
 	/* the xid before the lock: assigning one may do I/O */
 	(void) GetTopTransactionId();
@@ -274,11 +275,20 @@ slot_for_write(int appending)
 			db->cur_slot = nx;
 			s = nx;
 		}
+		else if (!db->stalled)
+			stalled = db->stalled = true;
 	}
 	db->slots[s].appended += appending;
 	if (ring_note_writer(s))
 		db->slots[s].writers++;
 	LWLockRelease(ring->lock);
+
+	/*
+	 * The oldest slot still holds unfinished jobs: the worker relocates them
+	 * (if they are a few stragglers) once this commits, not at its next pass
+	 */
+	if (stalled)
+		pgjq_shmem_note_due(GetCurrentTimestamp());
 	return s;
 }
 
@@ -675,6 +685,15 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 /* ---------------------------------------------------------------------
  * claim
  * --------------------------------------------------------------------- */
+static int
+u64_cmp(const void *a, const void *b)
+{
+	uint64		x = *(const uint64 *) a;
+	uint64		y = *(const uint64 *) b;
+
+	return (x > y) - (x < y);
+}
+
 static int64
 next_token(int64 *token)
 {
@@ -685,10 +704,11 @@ next_token(int64 *token)
 
 int
 pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
-				int64 *token, PgjqClaimedJob *jobs)
+				PgjqClaimQuota *quota, int64 *token, PgjqClaimedJob *jobs)
 {
 	RingPos    *got;
 	int64	   *gotids;
+	uint64	   *gothash;		/* limits.c's hash of each job's key */
 	int			k = 0;
 	int64		tok;
 	TransactionId xid;
@@ -697,6 +717,9 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	Relation	rels[RING_NSLOTS] = {NULL};
 	MemoryContext old;
 	bool		in_flight_full = false;
+	bool		counters_full = false;
+	bool		key_limited = queue->key_concurrency > 0;
+	bool		held;
 
 	if (!ensure_ready(true))
 		ereport(ERROR,
@@ -706,15 +729,23 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	/* an empty poll draws no token and writes nothing */
 	LWLockAcquire(ring->lock, LW_SHARED);
 	q = ring_queue_get(queue->queue_id, false);
-	any = q != NULL && (q->ready > 0 || ring_has_own(queue->queue_id));
+	any = q != NULL && (ring_queue_claimable(q) || ring_has_own(queue->queue_id));
+	/* ready jobs, all of keys at their limit: held back, as on pgjq.job */
+	held = !any && q != NULL && q->ready > 0 && key_limited;
 	LWLockRelease(ring->lock);
+	if (held)
+		pgjq_limits_quota_held(quota);
 	if (!any)
 		return 0;
+	/* a key limit counts each job under the ring's lock: room before it */
+	if (key_limited)
+		pgjq_limits_reserve_room(batch);
 
 	xid = GetTopTransactionId();
 	tok = next_token(token);
 	got = palloc(sizeof(RingPos) * batch);
 	gotids = palloc(sizeof(int64) * batch);
+	gothash = palloc(sizeof(uint64) * batch);
 	ring_reserve_local(0, batch, 0);
 
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
@@ -732,6 +763,28 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		{
 			in_flight_full = true;	/* claim fewer, or say why none */
 			break;
+		}
+		if (key_limited)
+		{
+			/*
+			 * Its key at key_concurrency: out of the ring until one of its
+			 * jobs ends (pgjq_ring_keys_freed), so the next claim does not
+			 * look at it again: O(batch) however many keys are full.
+			 */
+			int			r = pgjq_limits_ring_key_take(quota, ring_limits_hash(l->key.keyhash));
+
+			if (r != 1)
+			{
+				ring_flight_remove(ring->nodes[l->head].p.id);
+				if (r == 0)
+				{
+					ring_lane_park(l);
+					continue;
+				}
+				/* -1: no counter entry free; -2: keys not countable now */
+				counters_full = r == -1;
+				break;
+			}
 		}
 		ring_lane_pop_front(l, &p);
 		l->running++;
@@ -751,6 +804,8 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		ring->held++;
 		got[k] = p;
 		gotids[k] = p.id;
+		gothash[k] = ring_limits_hash(l->key.keyhash);
+		ring_claim_begun(f);
 		ring_note_claimed(p.id);
 		k++;
 	}
@@ -765,12 +820,20 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		for (int i = 0; i < nown; i++)
 		{
 			RingFlight *f = ring_flight_enter(own[i].id);
+			int			r = 1;
 
-			if (f == NULL)
+			if (f != NULL && key_limited)
+			{
+				r = pgjq_limits_ring_key_take(quota, ring_limits_hash(lanes[i]->key.keyhash));
+				if (r != 1)
+					ring_flight_remove(own[i].id);
+			}
+			if (f == NULL || r != 1)
 			{
 				/* give the rest back: they stay pending */
 				ring_take_own_undo(own + i, nown - i);
-				in_flight_full = true;
+				in_flight_full = f == NULL;
+				counters_full = r == -1;
 				break;
 			}
 			lanes[i]->running++;
@@ -788,11 +851,15 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 			f->lane = lanes[i];
 			got[k] = own[i];
 			gotids[k] = own[i].id;
+			gothash[k] = ring_limits_hash(lanes[i]->key.keyhash);
+			ring_claim_begun(f);
 			ring_note_claimed(own[i].id);
 			k++;
 		}
 	}
 	LWLockRelease(ring->lock);
+	if (counters_full)
+		pgjq_limits_counters_full();
 	if (k == 0 && in_flight_full)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
@@ -801,6 +868,8 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 				 errhint("Complete running jobs, or raise pgjq.ring_max_in_flight and restart the server.")));
 	if (k == 0)
 		return 0;
+	/* without a key limit, the keys count as pgjq.job's claims count them */
+	pgjq_limits_ring_settle(queue, k, gothash);
 
 	/* the claim's one durable row */
 	log_append(tok, lease_until, 'c', gotids, k);
@@ -1065,6 +1134,7 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 		int64		lo = PG_INT64_MAX,
 					hi = PG_INT64_MIN;
 		Datum		values[7];
+		uint64	   *kh;
 
 		if (!ok[i])
 			continue;
@@ -1072,9 +1142,12 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 		di = palloc(sizeof(Datum) * n);
 		da = palloc(sizeof(Datum) * n);
 		de = palloc(sizeof(Datum) * n);
+		kh = palloc(sizeof(uint64) * n);
 		for (int j = i; j < n; j++)
 			if (ok[j] && fl[j].queue_id == qid)
 			{
+				/* the lane lives while its running count holds this job */
+				kh[c] = ring_limits_hash(fl[j].lane->key.keyhash);
 				di[c] = Int64GetDatum(idv[j]);
 				da[c] = Int32GetDatum(fl[j].attempt);
 				de[c] = TimestampTzGetDatum(fl[j].enqueued_at);
@@ -1094,12 +1167,17 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 		if (pgjq_jobs_finished_hook)
 			pgjq_jobs_finished_hook(qid, PGJQ_FINISHED_COMPLETED, c);
 
-		/*
-		 * limits.c counted them at their claim (a ring queue has no key
-		 * limit)
-		 */
+		/* limits.c counted them at their claim: per key, for key limits */
 		if (pgjq_left_running_hook)
-			pgjq_left_running_hook(qid, "", c);
+		{
+			qsort(kh, c, sizeof(uint64), u64_cmp);
+			for (int a = 0, b; a < c; a = b)
+			{
+				for (b = a + 1; b < c && kh[b] == kh[a]; b++)
+					;
+				pgjq_left_running_hook(qid, NULL, kh[a], b - a);
+			}
+		}
 	}
 	return nok;
 }
@@ -1226,6 +1304,61 @@ body_by_id(int64 id, BodyRow *out, int *slot, ItemPointerData *tid)
 	return found;
 }
 
+/*
+ * take_ready for a job this transaction enqueued and has not published (its
+ * body is not visible to this command yet): taken from the pending list as
+ * its own claim would, then closed and moved.  False if it is not one.
+ */
+static bool
+take_own_ready(int64 id)
+{
+	RingPos		p;
+	RingLane   *l;
+	RingFlight *f;
+	RingFlight	copy;
+	int64		tok = 0;
+	bool		taken = false;
+
+	tok = next_token(&tok);
+	ring_reserve_local(0, 1, 1);
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	if (ring_take_own_id(id, &p, &l))
+	{
+		f = ring_flight_enter(id);
+		if (f == NULL)
+		{
+			ring_take_own_undo(&p, 1);
+			LWLockRelease(ring->lock);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("pgjq's ring engine has no room for more jobs in flight"),
+					 errhint("Raise pgjq.ring_max_in_flight and restart the server.")));
+		}
+		l->running++;
+		l->queue->running++;
+		f->token = tok;
+		f->lease_until = 0;
+		f->pending = true;
+		f->enqueued_at = p.enqueued_at;
+		f->xid = GetTopTransactionId();
+		f->tid = p.tid;
+		f->slot = p.slot;
+		f->attempt = 1;
+		f->queue_id = l->key.queue_id;
+		f->lane = l;
+		ring_claim_begun(f);
+		ring_note_claimed(id);
+		ring_note_closed(id, true);
+		f->state = RF_CLOSING;
+		copy = *f;
+		taken = true;
+	}
+	LWLockRelease(ring->lock);
+	if (taken)
+		move_to_table(&copy, 'r');
+	return taken;
+}
+
 bool
 pgjq_ring_take_ready(int64 id)
 {
@@ -1242,6 +1375,8 @@ pgjq_ring_take_ready(int64 id)
 
 	if (ring == NULL || !ensure_ready(false))
 		return false;
+	if (ring_writing() && take_own_ready(id))
+		return true;			/* this transaction's own enqueue */
 	if (!body_by_id(id, &b, &slot, &tid))
 		return false;
 	body_lane_key(&b, &key);
@@ -1276,6 +1411,7 @@ pgjq_ring_take_ready(int64 id)
 		f->lane = l;
 		ring_lane_settle(l);
 		ring->held++;
+		ring_claim_begun(f);
 		ring_note_claimed(id);
 		/* and closed by the same transaction */
 		ring_note_closed(id, true);
@@ -1599,6 +1735,9 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 		tok = next_token(&tok);
 		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
 		q = ring_queue_get(queue_id, false);
+		/* lanes parked at a key limit go too */
+		if (q != NULL)
+			ring_queue_unpark_all(q);
 		while (q != NULL && k < 1000)
 		{
 			RingLane   *l = ring_next_lane(q);
@@ -1686,7 +1825,8 @@ oldest_ready(RingQueue *q)
 }
 
 void
-pgjq_ring_counts(int32 queue_id, int64 *ready, int64 *running, TimestampTz *oldest)
+pgjq_ring_counts(int32 queue_id, bool committed, int64 *ready, int64 *running,
+				 TimestampTz *oldest)
 {
 	RingQueue  *q;
 
@@ -1702,7 +1842,14 @@ pgjq_ring_counts(int32 queue_id, int64 *ready, int64 *running, TimestampTz *olde
 	}
 	LWLockAcquire(ring->lock, LW_SHARED);
 	q = ring_queue_get(queue_id, false);
-	if (q != NULL)
+	if (q != NULL && committed)
+	{
+		/* as committed: a claim not committed yet leaves its jobs ready */
+		*ready = q->ready + q->claiming - q->claiming_own;
+		*running = q->running - q->claiming;
+		*oldest = oldest_ready(q);
+	}
+	else if (q != NULL)
 	{
 		*ready = q->ready;
 		*running = q->running;
@@ -2096,6 +2243,7 @@ rebuild(void)
 			st->clean = true;
 	}
 	db->cur_slot = cur;
+	db->stalled = false;
 	db->incarnation = body_oid[0];
 	db->rebuilds++;
 	db->ready = true;
@@ -2303,8 +2451,9 @@ pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 		if (q->key.dbid != MyDatabaseId || (q->ready == 0 && q->running == 0) || n >= max)
 			continue;
 		rowsv[4 * n] = Int32GetDatum(q->key.queue_id);
-		rowsv[4 * n + 1] = Int64GetDatum(q->ready);
-		rowsv[4 * n + 2] = Int64GetDatum(q->running);
+		/* as committed: a claim not committed yet leaves its jobs ready */
+		rowsv[4 * n + 1] = Int64GetDatum(q->ready + q->claiming - q->claiming_own);
+		rowsv[4 * n + 2] = Int64GetDatum(q->running - q->claiming);
 		rowsv[4 * n + 3] = TimestampTzGetDatum(oldest_ready(q));
 		n++;
 	}
@@ -2703,4 +2852,58 @@ pgjq_ring_running(int32 **qids, int64 **counts)
 	}
 	LWLockRelease(ring->lock);
 	return n;
+}
+
+/*
+ * limits.c's count of key-limited queues: the running ring jobs of this
+ * database per (queue, key), keys as pgjq_limits_key_hash (arrays in the
+ * caller's context; a key may come once per priority: add them up).
+ * queue_id 0 means every queue.  Rebuilds the ring first if it is not yet.
+ */
+int
+pgjq_ring_running_keys(int32 queue_id, int32 **qids, uint64 **hashes, int64 **counts)
+{
+	HASH_SEQ_STATUS hs;
+	RingLane   *l;
+	int			n = 0,
+				max;
+
+	*qids = NULL;
+	*hashes = NULL;
+	*counts = NULL;
+	if (ring == NULL || !ensure_ready(false))
+		return 0;
+	max = pgjq_ring_max_lanes;
+	*qids = palloc(sizeof(int32) * max);
+	*hashes = palloc(sizeof(uint64) * max);
+	*counts = palloc(sizeof(int64) * max);
+	LWLockAcquire(ring->lock, LW_SHARED);
+	hash_seq_init(&hs, ring_lanes);
+	while ((l = hash_seq_search(&hs)) != NULL)
+	{
+		if (l->key.dbid != MyDatabaseId || l->running == 0 || n >= max ||
+			(queue_id != 0 && l->key.queue_id != queue_id))
+			continue;
+		(*qids)[n] = l->key.queue_id;
+		(*hashes)[n] = ring_limits_hash(l->key.keyhash);
+		(*counts)[n] = l->running;
+		n++;
+	}
+	LWLockRelease(ring->lock);
+	return n;
+}
+
+bool
+pgjq_ring_claimable(int32 queue_id)
+{
+	RingQueue  *q;
+	bool		any;
+
+	if (ring == NULL || !ensure_ready(false))
+		return false;
+	LWLockAcquire(ring->lock, LW_SHARED);
+	q = ring_queue_get(queue_id, false);
+	any = q != NULL && ring_queue_claimable(q);
+	LWLockRelease(ring->lock);
+	return any;
 }

@@ -78,10 +78,12 @@ typedef struct PgjqClaimQuota
 /*
  * Engine events that shared-memory features follow; NULL without
  * shared_preload_libraries.  left_running: n jobs of (queue, fair_key) stop
- * running when the current transaction commits.  became_ready: n jobs of the
+ * running when the current transaction commits (fair_key NULL: the ring
+ * knows only its pgjq_limits_key_hash, keyhash).  became_ready: n jobs of the
  * queue become claimable when it commits.
  */
-typedef void (*PgjqLeftRunningHook) (int32 queue_id, const char *fair_key, int n);
+typedef void (*PgjqLeftRunningHook) (int32 queue_id, const char *fair_key, uint64 keyhash,
+									 int n);
 typedef void (*PgjqBecameReadyHook) (int32 queue_id, int n);
 extern PgjqLeftRunningHook pgjq_left_running_hook;
 extern PgjqBecameReadyHook pgjq_became_ready_hook;

@@ -205,7 +205,7 @@ report_left_running_at(int col)
 		bool		isnull;
 
 		pgjq_left_running_hook(DatumGetInt32(pgjq_spi_get(r, col, &isnull)),
-							   TextDatumGetCString(pgjq_spi_get(r, col + 1, &isnull)), 1);
+							   TextDatumGetCString(pgjq_spi_get(r, col + 1, &isnull)), 0, 1);
 	}
 }
 
@@ -477,7 +477,7 @@ pgjq_storage_complete(int n, Datum *ids, Datum *tokens, TimestampTz now)
 		}
 		if (pgjq_left_running_hook)
 			pgjq_left_running_hook(DatumGetInt32(pgjq_spi_get(r, 1, &isnull)),
-								   TextDatumGetCString(pgjq_spi_get(r, 2, &isnull)),
+								   TextDatumGetCString(pgjq_spi_get(r, 2, &isnull)), 0,
 								   DatumGetInt32(pgjq_spi_get(r, 3, &isnull)));
 	}
 	return completed;

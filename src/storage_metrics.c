@@ -84,7 +84,7 @@ pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueGauges **gau
 						running;
 			TimestampTz oldest;
 
-			pgjq_ring_counts(g[r].queue_id, &ready, &running, &oldest);
+			pgjq_ring_counts(g[r].queue_id, true, &ready, &running, &oldest);
 			g[r].ready += ready;
 			g[r].running += running;
 			if (oldest != 0)

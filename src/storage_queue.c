@@ -356,7 +356,7 @@ pgjq_storage_queue_delete(int32 queue_id, bool force)
 			bool		isnull;
 
 			pgjq_left_running_hook(queue_id,
-								   TextDatumGetCString(pgjq_spi_get(r, 1, &isnull)),
+								   TextDatumGetCString(pgjq_spi_get(r, 1, &isnull)), 0,
 								   DatumGetInt32(pgjq_spi_get(r, 2, &isnull)));
 		}
 	pgjq_spi_run(&plan_delete, values, NULL, 0);

@@ -15,14 +15,53 @@ SET pgjq.engine = 'ring';
 SELECT pgjq.create_queue('rq', backoff_base => '10 seconds', max_attempts => 2);
 SELECT engine FROM pgjq.queue WHERE name = 'rq';
 
--- no key limit on a ring queue yet: refused with 0A000, nothing created or
--- changed
-SELECT pgjq.create_queue('rq_limited', key_concurrency => 2);
-\echo :SQLSTATE
-SELECT count(*) AS created FROM pgjq.queue WHERE name = 'rq_limited';
-SELECT pgjq.alter_queue('rq', key_concurrency => 5);
-\echo :SQLSTATE
-SELECT key_concurrency FROM pgjq.queue WHERE name = 'rq';
+-- a key limit works: at most two running jobs per fair key, counted over
+-- the ring and pgjq.job (a retried job runs from pgjq.job)
+SET pgjq.engine = 'ring';
+SELECT pgjq.create_queue('rq_limited', key_concurrency => 2, backoff_base => '0 s');
+RESET pgjq.engine;
+SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq_limited', array_fill('{}'::jsonb, ARRAY[7]),
+       fair_keys => ARRAY['a', 'a', 'a', 'a', 'b', 'b', 'b']);
+CREATE TEMP TABLE klim AS SELECT id, token, fair_key FROM pgjq.claim('rq_limited', 10);
+SELECT fair_key, count(*) FROM klim GROUP BY 1 ORDER BY 1;
+-- both keys full: nothing more, and the claim counts as held back
+SELECT count(*) AS claimed_at_limit FROM pgjq.claim('rq_limited', 10);
+SELECT ready, running, held_back > 0 AS held_back FROM pgjq.queue_stats WHERE queue = 'rq_limited';
+-- a completion of an 'a' frees one place for 'a' (its lane was parked)
+SELECT pgjq.complete(id, token) AS completed FROM klim WHERE fair_key = 'a' ORDER BY id LIMIT 1;
+DELETE FROM klim WHERE id = (SELECT min(id) FROM klim WHERE fair_key = 'a');
+INSERT INTO klim SELECT id, token, fair_key FROM pgjq.claim('rq_limited', 10);
+SELECT fair_key, count(*) FROM klim GROUP BY 1 ORDER BY 1;
+-- a completion that rolls back frees nothing
+BEGIN;
+SELECT pgjq.complete(id, token) AS completed FROM klim WHERE fair_key = 'b' ORDER BY id LIMIT 1;
+ROLLBACK;
+SELECT count(*) AS claimed_at_limit FROM pgjq.claim('rq_limited', 10);
+-- a failed attempt goes to pgjq.job, due at once (backoff 0); it takes its
+-- key's free place, and counts for its key while it runs from there
+SELECT pgjq.fail(id, token, 'boom') AS failed FROM klim WHERE fair_key = 'b' ORDER BY id LIMIT 1;
+DELETE FROM klim WHERE id = (SELECT min(id) FROM klim WHERE fair_key = 'b');
+SELECT pgjq.promote() AS promoted;
+INSERT INTO klim SELECT id, token, fair_key FROM pgjq.claim('rq_limited', 10);
+SELECT k.fair_key, j.attempt FROM klim k, pgjq.job(k.id) j ORDER BY 1, 2;
+SELECT count(*) AS claimed_at_limit FROM pgjq.claim('rq_limited', 10);
+-- the counters agree with both stores, per key
+SELECT * FROM pgjq.verify();
+SELECT count(*) AS completed FROM klim, pgjq.complete(klim.id, klim.token) ok WHERE ok;
+SELECT fair_key, count(*) FROM pgjq.claim('rq_limited', 10) GROUP BY 1 ORDER BY 1;
+SELECT * FROM pgjq.verify();
+SELECT pgjq.drop_queue('rq_limited', force => true);
+-- a key limit added to a ring queue with running jobs counts them
+SET pgjq.engine = 'ring';
+SELECT pgjq.create_queue('rq_later');
+RESET pgjq.engine;
+SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq_later', array_fill('{}'::jsonb, ARRAY[4]),
+       fair_keys => ARRAY['a', 'a', 'a', 'b']);
+SELECT count(*) AS claimed FROM pgjq.claim('rq_later', 2);
+SELECT pgjq.alter_queue('rq_later', key_concurrency => 2);
+SELECT fair_key, count(*) FROM pgjq.claim('rq_later', 10) GROUP BY 1 ORDER BY 1;
+SELECT * FROM pgjq.verify();
+SELECT pgjq.drop_queue('rq_later', force => true);
 -- a rate limit works: a bucket of 2, refilled once in 1000 s
 SELECT pgjq.create_queue('rq_rate', rate => 0.001, burst => 2);
 RESET pgjq.engine;
