@@ -156,6 +156,17 @@ SELECT regress.counts('rq');
 SELECT pgjq.enqueue('rq', '{"n": 7}') AS j7 \gset
 SELECT pgjq.cancel(:j7) AS cancelled;
 SELECT state FROM pgjq.job(:j7);
+-- so is one enqueued in the same transaction (not published yet), in the
+-- same statement too; a rollback takes both back
+SELECT pgjq.cancel(pgjq.enqueue('rq', '{"n": "same statement"}')) AS cancelled;
+BEGIN;
+SELECT pgjq.enqueue('rq', '{"n": "same transaction"}') AS j8 \gset
+SELECT pgjq.cancel(:j8) AS cancelled;
+SELECT state FROM pgjq.job(:j8);
+SELECT count(*) AS claimed FROM pgjq.claim('rq', 10) WHERE id = :j8;
+ROLLBACK;
+SELECT count(*) AS after_rollback FROM pgjq.job(:j8);
+SELECT * FROM pgjq.verify();
 -- a running one gets its cancellation requested
 SELECT pgjq.cancel(:j6) AS requested;
 SELECT state, cancel_requested FROM pgjq.job(:j6);
