@@ -10,7 +10,7 @@
 # from the tables: the ready jobs are handed out, the running ones are not
 # (their leases run), their holders complete them with their tokens, and
 # verify() finds shared memory and the tables in agreement.  A concurrency
-# limit counts the ring's jobs leased on the old primary.
+# limit and a key limit count the ring's jobs leased on the old primary.
 
 use strict;
 use warnings;
@@ -41,6 +41,10 @@ CREATE TABLE held AS SELECT id, token, lease_until FROM pgjq.claim('rs', 3);
 SELECT pgjq.create_queue('rc', concurrency => 3, lease => '1 hour');
 SELECT count(*) FROM pgjq.enqueue_many('rc', array_fill('{}'::jsonb, ARRAY[5]));
 CREATE TABLE held_rc AS SELECT id, token FROM pgjq.claim('rc', 2);
+SELECT pgjq.create_queue('rk', key_concurrency => 1, lease => '1 hour');
+SELECT count(*) FROM pgjq.enqueue_many('rk', array_fill('{}'::jsonb, ARRAY[5]),
+       fair_keys => ARRAY['a', 'a', 'b', 'b', 'c']);
+CREATE TABLE held_rk AS SELECT id, token FROM pgjq.claim('rk', 2);
 });
 is($primary->safe_psql('postgres', "SELECT engine FROM pgjq.queue WHERE name = 'rs'"),
 	'r', 'the queue is on the ring');
@@ -102,8 +106,11 @@ is($standby->safe_psql('postgres', $stats), '0 7 3',
 # limits.c counts the ring's running jobs after the rebuild: 2 run, 3 may
 is($standby->safe_psql('postgres', "SELECT count(*) FROM pgjq.claim('rc', 10)"),
 	'1', 'promoted: a concurrency limit counts the ring jobs leased before the promotion');
+# and per key: a and b each run one job, c none
+is($standby->safe_psql('postgres', "SELECT string_agg(fair_key, ',') FROM pgjq.claim('rk', 10)"),
+	'c', 'promoted: a key limit counts the ring jobs leased before the promotion, per key');
 verify_ok($standby, 'postgres', 'promoted: shared memory and the tables agree');
-like(slurp_file($standby->logfile), qr/pgjq: ring of database \d+ rebuilt: 10 ready, 4 in flight/,
+like(slurp_file($standby->logfile), qr/pgjq: ring of database \d+ rebuilt: 13 ready, 6 in flight/,
 	'promoted: the ring was rebuilt from its tables');
 
 $standby->stop;
