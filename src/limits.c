@@ -51,6 +51,14 @@
  * transaction changed the counters; a prepared transaction's outcome is not
  * known to the counters.
  *
+ * Ring queues (ring.h) count the same way: their jobs by key hash
+ * (pgjq_limits_key_hash, which the ring's lanes use too).  A ring claim of a
+ * key-limited queue reserves job by job while it holds the ring's lock
+ * (pgjq_limits_ring_key_take; the order is always ring lock, then this
+ * one), and parks a lane whose key is full; every decrement of a key count
+ * calls pgjq_ring_keys_freed after this lock is released, so the lane comes
+ * back.
+ *
  * Locking: counter_lock (one LWLock) guards the hash and the database table;
  * it is held only for a few hash operations, never across SQL or catalog
  * access.  Waiters are woken after it is released.
