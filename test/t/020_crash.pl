@@ -37,8 +37,12 @@ use PgjqLoad;
 
 my $postmaster_kills = 20;
 
-# 021_crash_ring.pl runs this file with every queue on the ring engine
+# 021_crash_ring.pl runs this file with every queue on the ring engine,
+# with slots of 100 jobs: the ring wraps many times under the load, so
+# truncations and the worker's relocation of stragglers (the held jobs, with
+# their 10-minute leases) happen between the kills too
 my $engine = $ENV{PGJQ_CRASH_ENGINE} // 'table';
+my $ring_conf = $engine eq 'ring' ? 'pgjq.ring_slot_rows = 100' : '';
 note("engine: $engine");
 
 my $node = PostgreSQL::Test::Cluster->new("pgjq_crash_$engine");
@@ -51,6 +55,7 @@ pgjq.database_names = 'postgres'
 pgjq.max_sleep = '2s'
 restart_after_crash = on
 max_connections = 40
+$ring_conf
 });
 $node->start;
 
