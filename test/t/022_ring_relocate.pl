@@ -55,6 +55,8 @@ my $drain = "SELECT count(*) FROM pgjq.claim('rl', 10) c, pgjq.complete(c.id, c.
 # The oldest of four slots in use holds the slow job and the long one, the
 # rest of its jobs finished.  Returns (slow id, long id, its token, its lease)
 # and, with stall(1), the id and token of a job left running in the second.
+# stall(0, 1): the worker serves the database, so the stall may be over by
+# the time it returns.
 sub stall
 {
 	sql("SELECT count(*) FROM pgjq.enqueue_many('rl', array_fill('{}'::jsonb, ARRAY[4]))");
@@ -75,7 +77,9 @@ sub stall
 		  if $round == 1 && $_[0];
 		sql($drain);
 	}
-	is(slots_with_bodies(), '4', 'stalled: all four slots in use');
+	# (with the worker serving the database, the producer that finds the
+	# ring full wakes it, and it may have relocated and truncated already)
+	is(slots_with_bodies(), '4', 'stalled: all four slots in use') unless $_[1];
 	return ($slow, $long, $tok, $lease, split(/ /, $second));
 }
 
@@ -160,7 +164,7 @@ is(sql("SELECT count(*) FROM pgjq.claim('rl_slow', 10) c, pgjq.complete(c.id, c.
 # ------------------------------------------------------------- the worker
 $node->append_conf('postgresql.conf', "pgjq.database_names = 'postgres'");
 $node->reload;
-($slow, $long, $tok, $lease) = stall();
+($slow, $long, $tok, $lease) = stall(0, 1);
 ok( $node->poll_query_until('postgres', q{SELECT count(*) FILTER (WHERE pg_relation_size(c.oid) > 0)
 		  FROM pg_class c WHERE c.relnamespace = 'pgjq'::regnamespace AND c.relname LIKE 'ring\_body\__'},
 		'1'),
