@@ -1595,6 +1595,9 @@ relocate(int limit)
 		to.slot = (uint16) s;
 		ring_note_relocated(st[i].id, st[i].node >= 0 ? st[i].node : -1, c, &to);
 	}
+	/* rare: once per truncation held up by stragglers */
+	elog(LOG, "pgjq: copying %d unfinished jobs (%d of them running) of ring slot %d into slot %d",
+		 n, nflight, c, s);
 	pgjq_crash_point("ring_relocate");
 	return n;
 }

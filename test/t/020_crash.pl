@@ -303,6 +303,13 @@ cmp_ok($restarts, '==', 2, 'two crash restarts happened');
 cmp_ok($kills, '==', $postmaster_kills, "$postmaster_kills postmaster kills happened");
 
 verify_ok($node, 'postgres', 'after the crashes, shared memory and the tables agree');
+if ($engine eq 'ring')
+{
+	my @copies = slurp_file($node->logfile) =~ /pgjq: copying \d+ unfinished jobs/g;
+	note(scalar(@copies) . ' relocations of stragglers');
+	cmp_ok(scalar(@copies), '>', 0,
+		'the ring wrapped around the held jobs: their slots were relocated between the kills');
+}
 
 $node->stop;
 done_testing();
