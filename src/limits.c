@@ -986,6 +986,24 @@ quota_settle(PgjqClaimQuota *quota, const char *fair_key, int reserved, int pick
 }
 
 /*
+ * A key count found the table full: leave no partial count of the queue's
+ * keys behind, release the lock (held) and raise.
+ */
+static void
+keys_count_full(int32 queue_id)
+{
+	HASH_SEQ_STATUS scan;
+	Counter    *c;
+
+	hash_seq_init(&scan, counters);
+	while ((c = hash_seq_search(&scan)) != NULL)
+		if (c->key.dboid == MyDatabaseId && c->key.queue_id == queue_id && c->key.keyhash != 0)
+			hash_search(counters, &c->key, HASH_REMOVE, NULL);
+	LWLockRelease(shared->lock);
+	counters_full_error();
+}
+
+/*
  * Count the running jobs of each key of a key-limited queue whose keys are
  * not tracked yet (its key limit is new).  False if that cannot be exact now
  * (untracked changes are open or ended meanwhile; see the file header) or
@@ -1044,19 +1062,7 @@ queue_keys_ready(int32 queue_id)
 			Counter    *k = counter(queue_id, hashes[i], true);
 
 			if (k == NULL)
-			{
-				/* leave no partial count behind */
-				HASH_SEQ_STATUS scan;
-				Counter    *c;
-
-				hash_seq_init(&scan, counters);
-				while ((c = hash_seq_search(&scan)) != NULL)
-					if (c->key.dboid == MyDatabaseId && c->key.queue_id == queue_id &&
-						c->key.keyhash != 0)
-						hash_search(counters, &c->key, HASH_REMOVE, NULL);
-				LWLockRelease(shared->lock);
-				counters_full_error();
-			}
+				keys_count_full(queue_id);
 			k->running = counts[i];
 		}
 		for (int i = 0; i < nrk; i++)
@@ -1064,18 +1070,7 @@ queue_keys_ready(int32 queue_id)
 			Counter    *k = counter(queue_id, rk_hashes[i], true);
 
 			if (k == NULL)
-			{
-				HASH_SEQ_STATUS scan;
-				Counter    *c;
-
-				hash_seq_init(&scan, counters);
-				while ((c = hash_seq_search(&scan)) != NULL)
-					if (c->key.dboid == MyDatabaseId && c->key.queue_id == queue_id &&
-						c->key.keyhash != 0)
-						hash_search(counters, &c->key, HASH_REMOVE, NULL);
-				LWLockRelease(shared->lock);
-				counters_full_error();
-			}
+				keys_count_full(queue_id);
 			k->running += rk_counts[i];
 		}
 		q->keys_valid = true;

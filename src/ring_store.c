@@ -1305,6 +1305,38 @@ body_by_id(int64 id, BodyRow *out, int *slot, ItemPointerData *tid)
 }
 
 /*
+ * Lock held: the new in-flight entry f takes p out of lane l (already
+ * removed from it, or this transaction's own pending job) as a claim of
+ * this transaction would, and this transaction closes it at once: cancel's
+ * way of moving a ready ring job to pgjq.job.
+ */
+static void
+take_closing(RingFlight *f, RingLane *l, const RingPos *p, int64 tok, int32 attempt,
+			 bool pending)
+{
+	l->running++;
+	l->queue->running++;
+	f->token = tok;
+	f->lease_until = 0;
+	f->pending = pending;
+	f->enqueued_at = p->enqueued_at;
+	f->xid = GetTopTransactionId();
+	f->tid = p->tid;
+	f->slot = p->slot;
+	f->attempt = attempt;
+	f->queue_id = l->key.queue_id;
+	f->lane = l;
+	ring_lane_settle(l);
+	if (!pending)
+		ring->held++;
+	ring_claim_begun(f);
+	ring_note_claimed(f->key.id);
+	/* and closed by the same transaction */
+	ring_note_closed(f->key.id, true);
+	f->state = RF_CLOSING;
+}
+
+/*
  * take_ready for a job this transaction enqueued and has not published (its
  * body is not visible to this command yet): taken from the pending list as
  * its own claim would, then closed and moved.  False if it is not one.
@@ -1334,22 +1366,7 @@ take_own_ready(int64 id)
 					 errmsg("pgjq's ring engine has no room for more jobs in flight"),
 					 errhint("Raise pgjq.ring_max_in_flight and restart the server.")));
 		}
-		l->running++;
-		l->queue->running++;
-		f->token = tok;
-		f->lease_until = 0;
-		f->pending = true;
-		f->enqueued_at = p.enqueued_at;
-		f->xid = GetTopTransactionId();
-		f->tid = p.tid;
-		f->slot = p.slot;
-		f->attempt = 1;
-		f->queue_id = l->key.queue_id;
-		f->lane = l;
-		ring_claim_begun(f);
-		ring_note_claimed(id);
-		ring_note_closed(id, true);
-		f->state = RF_CLOSING;
+		take_closing(f, l, &p, tok, 1, true);
 		copy = *f;
 		taken = true;
 	}
@@ -1397,25 +1414,7 @@ pgjq_ring_take_ready(int64 id)
 					 errmsg("pgjq's ring engine has no room for more jobs in flight"),
 					 errhint("Raise pgjq.ring_max_in_flight and restart the server.")));
 		}
-		l->running++;
-		l->queue->running++;
-		f->token = tok;
-		f->lease_until = 0;
-		f->pending = false;
-		f->enqueued_at = b.enqueued_at;
-		f->xid = GetTopTransactionId();
-		f->tid = p.tid;
-		f->slot = p.slot;
-		f->attempt = b.attempt;
-		f->queue_id = b.queue_id;
-		f->lane = l;
-		ring_lane_settle(l);
-		ring->held++;
-		ring_claim_begun(f);
-		ring_note_claimed(id);
-		/* and closed by the same transaction */
-		ring_note_closed(id, true);
-		f->state = RF_CLOSING;
+		take_closing(f, l, &p, tok, b.attempt, false);
 		copy = *f;
 		taken = true;
 	}
