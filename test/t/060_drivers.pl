@@ -114,6 +114,9 @@ my %pids;    # name -> pid of every process started here
 sub start_process
 {
 	my ($name, $env, @cmd) = @_;
+	# the log exists before the parent looks at it (the child truncates it)
+	open my $fh, '>', "$tmp/$name.log" or die "cannot create $tmp/$name.log: $!";
+	close $fh;
 	my $pid = fork();
 	die "fork failed: $!" unless defined $pid;
 	if ($pid == 0)
