@@ -479,9 +479,6 @@ count_database(Oid incarnation)
 	int32	   *counts;
 	bool	   *keyed;
 	bool		full = false;
-	int			nring;
-	int32	   *ring_qids;
-	int64	   *ring_counts;
 	int			nkeyed,
 				nrk;
 	int32	   *keyed_qids;
@@ -531,20 +528,22 @@ count_database(Oid incarnation)
 		keyed_qids[i] = DatumGetInt32(pgjq_spi_get(i, 1, &isnull));
 	}
 
-	/* the ring's running jobs (ring.h), per queue and per (queue, key) */
-	nring = pgjq_ring_running(&ring_qids, &ring_counts);
-	nrk = nkeyed > 0 ? pgjq_ring_running_keys(0, &rk_qids, &rk_hashes, &rk_counts) : 0;
+	/*
+	 * the ring's running jobs (ring.h), per (queue, key): the queue's are
+	 * their sum
+	 */
+	nrk = pgjq_ring_running_keys(0, &rk_qids, &rk_hashes, &rk_counts);
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	db = db_state(MyDatabaseId);
-	for (int i = 0; db && i < nring && !full; i++)
+	for (int i = 0; db && i < nrk && !full; i++)
 	{
-		Counter    *q = counter(ring_qids[i], 0, true);
+		Counter    *q = counter(rk_qids[i], 0, true);
 
 		if (q == NULL)
 			full = true;
 		else
-			q->running += ring_counts[i];
+			q->running += rk_counts[i];
 	}
 	for (int i = 0; db && i < nrk && !full; i++)
 	{
@@ -1639,10 +1638,7 @@ pgjq_limits_verify(PgjqLimitsDiff **diffs)
 	int			ndiffs = 0;
 	HASH_SEQ_STATUS scan;
 	Counter    *c;
-	int			nring,
-				nrk;
-	int32	   *ring_qids;
-	int64	   *ring_counts;
+	int			nrk;
 	int32	   *rk_qids;
 	uint64	   *rk_hashes;
 	int64	   *rk_counts;
@@ -1678,13 +1674,12 @@ pgjq_limits_verify(PgjqLimitsDiff **diffs)
 	 * n rows of (queue, key), the ring's queues, the entries: room for every
 	 * difference
 	 */
-	nring = pgjq_ring_running(&ring_qids, &ring_counts);
 	nrk = pgjq_ring_running_keys(0, &rk_qids, &rk_hashes, &rk_counts);
-	*diffs = palloc(sizeof(PgjqLimitsDiff) * (n + nring + nrk + nentries + 1));
+	*diffs = palloc(sizeof(PgjqLimitsDiff) * (n + nrk + nentries + 1));
 
 	/* expected per queue: pgjq.job's running jobs and the ring's */
-	for (int i = 0; i < nring; i++)
-		add_expected(&exp, &nexp, &maxexp, ring_qids[i], 0, NULL, (int32) ring_counts[i]);
+	for (int i = 0; i < nrk; i++)
+		add_expected(&exp, &nexp, &maxexp, rk_qids[i], 0, NULL, (int32) rk_counts[i]);
 	for (int i = 0; i < n; i++)
 	{
 		bool		isnull;

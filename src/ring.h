@@ -113,9 +113,6 @@ extern TimestampTz pgjq_ring_next_deadline(void);
  */
 extern int64 pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *ready);
 
-/* limits.c: running ring jobs per queue of this database */
-extern int	pgjq_ring_running(int32 **qids, int64 **counts);
-
 /* verify(): where shared memory and the ring's tables disagree */
 extern int	pgjq_ring_verify(PgjqVerifyRow **rows);
 

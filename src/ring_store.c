@@ -2823,43 +2823,10 @@ standby_counts(int32 queue_id, int64 *ready, int64 *running, TimestampTz *oldest
 }
 
 /*
- * limits.c's count at the first call and its verify(): the ring queues of
- * this database with running jobs, and how many (arrays in the caller's
- * context).  Rebuilds the ring first if it is not yet.
- */
-int
-pgjq_ring_running(int32 **qids, int64 **counts)
-{
-	HASH_SEQ_STATUS hs;
-	RingQueue  *q;
-	int			n = 0,
-				max;
-
-	*qids = NULL;
-	*counts = NULL;
-	if (ring == NULL || !ensure_ready(false))
-		return 0;
-	max = pgjq_ring_max_queues;
-	*qids = palloc(sizeof(int32) * max);
-	*counts = palloc(sizeof(int64) * max);
-	LWLockAcquire(ring->lock, LW_SHARED);
-	hash_seq_init(&hs, ring_queues);
-	while ((q = hash_seq_search(&hs)) != NULL)
-	{
-		if (q->key.dbid != MyDatabaseId || q->running == 0 || n >= max)
-			continue;
-		(*qids)[n] = q->key.queue_id;
-		(*counts)[n] = q->running;
-		n++;
-	}
-	LWLockRelease(ring->lock);
-	return n;
-}
-
-/*
- * limits.c's count of key-limited queues: the running ring jobs of this
- * database per (queue, key), keys as pgjq_limits_key_hash (arrays in the
- * caller's context; a key may come once per priority: add them up).
+ * limits.c's count at the first call, of a queue that gets a key limit, and
+ * its verify(): the running ring jobs of this database per (queue, key),
+ * keys as pgjq_limits_key_hash (arrays in the caller's context; a key may
+ * come once per priority, and a queue's count is the sum of its rows).
  * queue_id 0 means every queue.  Rebuilds the ring first if it is not yet.
  */
 int

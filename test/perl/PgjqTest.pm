@@ -16,7 +16,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-our @EXPORT = qw(verify_ok find_pgbouncer start_pgbouncer);
+our @EXPORT = qw(verify_ok crash_at find_pgbouncer start_pgbouncer);
 
 # verify_ok($node, $dbname, $label): pgjq.verify() finds no disagreement
 # between shared memory and the tables; on failure the rows are the diagnostic.
@@ -27,6 +27,21 @@ sub verify_ok
 		q{SELECT string_agg(concat_ws(' | ', area, object, expected, found), E'\n') FROM pgjq.verify()}
 	);
 	return is($rows, '', "verify(): $label");
+}
+
+# crash_at($node, $point, $sql, $what): runs $sql in a session with
+# pgjq.debug_crash_at = $point (the process kills itself there) and waits
+# for the crash restart; the node needs restart_after_crash = on.
+sub crash_at
+{
+	my ($node, $point, $sql, $what) = @_;
+	my $offset = -s $node->logfile;
+	my ($ret, $out, $err) =
+	  $node->psql('postgres', "SET pgjq.debug_crash_at = '$point';\n$sql");
+	isnt($ret, 0, "$what: the session died") or diag $out;
+	$node->wait_for_log(qr/pgjq: crashing at point "$point"/, $offset);
+	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
+	return ok($node->poll_query_until('postgres', 'SELECT 1', '1'), "$what: the server is back");
 }
 
 # find_pgbouncer(): the pgbouncer binary (PATH, else /usr/sbin, where Debian

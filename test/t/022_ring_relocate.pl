@@ -83,19 +83,6 @@ sub stall
 	return ($slow, $long, $tok, $lease, split(/ /, $second));
 }
 
-# Runs $sql in a session that crashes at $point; waits for the restart.
-sub crash_at
-{
-	my ($point, $sql, $what) = @_;
-	my $offset = -s $node->logfile;
-	my ($ret, $out, $err) =
-	  $node->psql('postgres', "SET pgjq.debug_crash_at = '$point';\n$sql");
-	isnt($ret, 0, "$what: the session died") or diag $out;
-	$node->wait_for_log(qr/pgjq: crashing at point "$point"/, $offset);
-	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
-	ok($node->poll_query_until('postgres', 'SELECT 1', '1'), "$what: the server is back");
-}
-
 # Both jobs as they were: the long one running with its lease, the slow
 # one ready; no other job of rl is ready (the long one is not handed out).
 sub states_ok
@@ -112,12 +99,12 @@ sub states_ok
 my ($slow, $long, $tok, $lease) = stall();
 
 # ------------------------------------------- a crash inside the relocation
-crash_at('ring_relocate', 'SELECT pgjq._ring_reclaim()', 'inside the relocation');
+crash_at($node, 'ring_relocate', 'SELECT pgjq._ring_reclaim()', 'inside the relocation');
 states_ok($slow, $long, $lease, 'after a crash inside the relocation');
 is(slots_with_bodies(), '4', 'after a crash inside the relocation: no slot truncated');
 
 # ------------------------------------------------------ a crash at its commit
-crash_at('commit', 'SELECT pgjq._ring_reclaim()', 'at the relocation\'s commit');
+crash_at($node, 'commit', 'SELECT pgjq._ring_reclaim()', 'at the relocation\'s commit');
 states_ok($slow, $long, $lease, 'after a crash at the relocation\'s commit');
 # (claims truncate too, one slot per transaction)
 sql('SELECT pgjq._ring_reclaim()') for 1 .. 3;

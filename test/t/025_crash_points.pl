@@ -47,25 +47,12 @@ SELECT pgjq.create_queue('lim', concurrency => 2, lease => '600 s');
 SELECT count(*) FROM pgjq.enqueue_many('lim', array_fill('{}'::jsonb, ARRAY[4]));
 });
 
-# Runs $sql in a session that crashes at $point; waits for the restart.
-sub crash_at
-{
-	my ($point, $sql, $what) = @_;
-	my $offset = -s $node->logfile;
-	my ($ret, $out, $err) =
-	  $node->psql('postgres', "SET pgjq.debug_crash_at = '$point';\n$sql");
-	isnt($ret, 0, "$what: the session died") or diag $out;
-	$node->wait_for_log(qr/pgjq: crashing at point "$point"/, $offset);
-	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
-	ok($node->poll_query_until('postgres', 'SELECT 1', '1'), "$what: the server is back");
-}
-
 # ------------------------------------------------ a completion, at commit
 
 my ($id1, $tok1, $id2, $tok2) = split /[|\n]/,
   $node->safe_psql('postgres', "SELECT id, token FROM pgjq.claim('lim', 10) ORDER BY id");
 ok($tok2, 'two jobs are running at the limit');
-crash_at('commit', "SELECT pgjq.complete($id1, $tok1)", 'complete');
+crash_at($node, 'commit', "SELECT pgjq.complete($id1, $tok1)", 'complete');
 is($node->safe_psql('postgres', "SELECT state FROM pgjq.job($id1)"),
 	'completed', 'complete: the committed completion stands');
 is($node->safe_psql('postgres', "SELECT count(*) FROM pgjq.claim('lim', 10)"),
@@ -76,7 +63,7 @@ verify_ok($node, 'postgres', 'after the crash in a completion\'s commit');
 
 $node->safe_psql('postgres',
 	"SELECT pgjq.create_queue('c', lease => '600 s'); SELECT pgjq.enqueue('c')");
-crash_at('commit', "SELECT id FROM pgjq.claim('c')", 'claim');
+crash_at($node, 'commit', "SELECT id FROM pgjq.claim('c')", 'claim');
 is( $node->safe_psql(
 		'postgres', q{SELECT state || ',' || (lease_until > now() + interval '500 s')
 		   FROM pgjq.job((SELECT max(id) FROM pgjq.job WHERE queue_id = (SELECT queue_id FROM pgjq.queue WHERE name = 'c')))}
@@ -90,7 +77,7 @@ verify_ok($node, 'postgres', 'after the crash in a claim\'s commit');
 # ---------------------------------------- a delayed enqueue, at commit
 
 $node->safe_psql('postgres', "SELECT pgjq.create_queue('d')");
-crash_at('commit', "SELECT pgjq.enqueue('d', delay => '2 s')", 'enqueue');
+crash_at($node, 'commit', "SELECT pgjq.enqueue('d', delay => '2 s')", 'enqueue');
 is($node->safe_psql('postgres', "SELECT scheduled + ready FROM pgjq.queue_stats WHERE queue = 'd'"),
 	'1', 'enqueue: the committed job is there');
 ok( $node->poll_query_until(
