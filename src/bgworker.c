@@ -576,6 +576,9 @@ worker_pass(WorkerState *ws)
 		/* the ring's space: a truncation or a chunk of relocated jobs each */
 		if (!ring_reclaim(&progress, &more))
 			failed = true;
+		/* job(id) reads only the filling range of job_done's index */
+		if (!run_step("pgjq: history summaries", pgjq_maintenance_summarize, &n))
+			failed = true;
 		/* the horizon guard's failure is reported and delays no other work */
 		(void) run_step("pgjq: horizon", pgjq_horizon_check, &n);
 		/* from the last prune: a new pgjq.prune_interval applies at once */

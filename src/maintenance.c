@@ -163,6 +163,21 @@ pgjq_maintenance_prune_prepare(void)
 }
 
 /*
+ * The worker's step on every pass: summarize job_done's filled BRIN ranges,
+ * so that pgjq.job(id) never reads more than the range still filling.
+ */
+int64
+pgjq_maintenance_summarize(void)
+{
+	int64		n;
+
+	pgjq_storage_begin();
+	n = pgjq_history_summarize(GetCurrentTimestamp());
+	pgjq_storage_end();
+	return n;
+}
+
+/*
  * The worker's next prune step: one expired partition, skipping the first
  * `skip` (see pgjq_history_prune_one for the result).  *pruned counts
  * partitions emptied.

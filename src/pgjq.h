@@ -73,6 +73,7 @@ extern int64 pgjq_maintenance_rescue_chunk(void);
 extern int64 pgjq_maintenance_ring_reclaim(int limit);
 extern int64 pgjq_maintenance_ring_reclaim_chunk(void);
 extern void pgjq_maintenance_prune_prepare(void);
+extern int64 pgjq_maintenance_summarize(void);
 extern int	pgjq_maintenance_prune_one(int skip, int64 *pruned);
 extern TimestampTz pgjq_maintenance_next_deadline(void);
 

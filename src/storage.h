@@ -243,6 +243,7 @@ extern int	pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueG
 /* storage_history.c */
 extern void pgjq_history_ensure(TimestampTz ts);
 extern void pgjq_history_prepare(TimestampTz now);
+extern int64 pgjq_history_summarize(TimestampTz now);
 extern int	pgjq_history_prune_one(TimestampTz now, int skip, int64 *pruned);
 extern int64 pgjq_history_prune(TimestampTz now);
 

@@ -38,15 +38,30 @@
  * pgjq_history_prune() (SQL prune()) does it all in the caller's
  * transaction, which then holds the parents' locks until it ends.
  *
+ * job_done's BRIN index finds a job only in the ranges it has summarized;
+ * the pages of any other range are read in full by every lookup.  PostgreSQL
+ * summarizes a BRIN index only at VACUUM (or through autovacuum's work
+ * items), so the worker does it itself (pgjq_history_summarize): the filled
+ * ranges of the partitions still receiving rows on every pass, and the last,
+ * partial range once the partition's hour is over.
+ *
  *-------------------------------------------------------------------------
  */
 #include "storage_internal.h"
 
+#include "access/brin.h"
+#include "access/genam.h"
+#include "access/table.h"
+#include "catalog/pg_am_d.h"
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "pgtime.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/fmgrprotos.h"
+#include "utils/rel.h"
 
 static PgjqPlan plan_register = {
 	"INSERT INTO pgjq.history_partition (relname, parent, lower_bound, upper_bound)"
@@ -132,9 +147,14 @@ unix_seconds(TimestampTz ts)
 static void
 create_partition_indexes(const char *table, const char *name)
 {
+	/*
+	 * 32 pages per range: a lookup reads the pages of the ranges that match,
+	 * and those of the filling range that is not summarized yet.
+	 */
 	if (strcmp(table, "job_done") == 0)
 		pgjq_spi_exec_utility(psprintf("CREATE INDEX %s_id_idx ON pgjq.%s"
-									   " USING brin (min_id, max_id)", name, name));
+									   " USING brin (min_id, max_id)"
+									   " WITH (pages_per_range = 32)", name, name));
 	else
 	{
 		pgjq_spi_exec_utility(psprintf("CREATE INDEX %s_id_idx ON pgjq.%s (id)",
@@ -227,6 +247,93 @@ lock_soon(Oid relid, LOCKMODE mode)
 }
 
 /*
+ * Summarize the BRIN ranges of job_done partition `name` that are not yet:
+ * with `all`, every one (the partition gets no more rows); else only the
+ * filled ones.  A summarized range whose rows keep coming would have its
+ * summary updated, and WAL written, at nearly every insert (max_id keeps
+ * growing), so the filling range is left to the next call.  Ranges fill in
+ * order and only this function and VACUUM summarize them (the index has no
+ * autosummarize), so the summarized ones are a prefix: the walk goes back
+ * from the last filled range to the first one already summarized.  Skipped
+ * when a lock is busy (VACUUM or a DROP holds it).  Returns the number of
+ * ranges summarized.
+ */
+static int64
+summarize_partition(const char *name, bool all)
+{
+	char		idxname[NAMEDATALEN];
+	Oid			heapoid = pgjq_relation(name);
+	Oid			idxoid;
+	Relation	heap;
+	Relation	index;
+	BlockNumber nblocks;
+	BlockNumber per_range;
+	int64		done = 0;
+
+	snprintf(idxname, sizeof(idxname), "%s_id_idx", name);
+	idxoid = pgjq_relation(idxname);
+	if (!OidIsValid(heapoid) || !OidIsValid(idxoid) || RecoveryInProgress())
+		return 0;
+	/* the locks brin_summarize_range takes, in its order, without waiting */
+	if (!ConditionalLockRelationOid(heapoid, ShareUpdateExclusiveLock))
+		return 0;
+	if (!ConditionalLockRelationOid(idxoid, ShareUpdateExclusiveLock))
+		return 0;
+	heap = table_open(heapoid, NoLock);
+	index = index_open(idxoid, NoLock);
+	if (index->rd_rel->relam != BRIN_AM_OID || index->rd_index->indrelid != heapoid)
+	{
+		/* not the index pgjq made (a restore with other names?): leave it */
+		index_close(index, NoLock);
+		table_close(heap, NoLock);
+		return 0;
+	}
+	per_range = BrinGetPagesPerRange(index);
+	nblocks = RelationGetNumberOfBlocks(heap);
+	index_close(index, NoLock);
+	table_close(heap, NoLock);
+
+	if (all)
+		return DatumGetInt32(DirectFunctionCall1(brin_summarize_new_values,
+												 ObjectIdGetDatum(idxoid)));
+	for (int64 blk = (int64) (nblocks - nblocks % per_range) - per_range;
+		 blk >= 0; blk -= per_range)
+	{
+		int32		n;
+
+		CHECK_FOR_INTERRUPTS();
+		n = DatumGetInt32(DirectFunctionCall2(brin_summarize_range,
+											  ObjectIdGetDatum(idxoid),
+											  Int64GetDatum(blk)));
+		if (n == 0)
+			break;
+		done += n;
+	}
+	return done;
+}
+
+/*
+ * Summarize the filled BRIN ranges of the job_done partitions that may still
+ * receive rows: this hour's and, within the grace, the last hour's.  Returns
+ * how many ranges were summarized.
+ */
+int64
+pgjq_history_summarize(TimestampTz now)
+{
+	char		name[NAMEDATALEN];
+	int64		done = 0;
+
+	partition_name("job_done", hour_start(now), name, sizeof(name));
+	done += summarize_partition(name, false);
+	if (hour_start(now - GRACE) != hour_start(now))
+	{
+		partition_name("job_done", hour_start(now - GRACE), name, sizeof(name));
+		done += summarize_partition(name, false);
+	}
+	return done;
+}
+
+/*
  * The first part of pruning: create this hour's and the next hour's
  * partitions ahead of need (skipped when the parent is busy: an insert
  * creates them itself), and record which queues have rows in each partition
@@ -252,6 +359,9 @@ pgjq_history_prepare(TimestampTz now)
 		const char *rel = quote_identifier(names[i]);
 
 		CHECK_FOR_INTERRUPTS();
+		/* no more rows come: its last, partial range can be summarized */
+		if (strncmp(names[i], "job_done_", 9) == 0)
+			summarize_partition(names[i], true);
 		pgjq_spi_exec_utility(psprintf("UPDATE pgjq.history_partition"
 									   "   SET queue_ids = (SELECT coalesce(array_agg(DISTINCT queue_id), '{}')"
 									   "                      FROM pgjq.%s)"
