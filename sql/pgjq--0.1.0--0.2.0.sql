@@ -1,13 +1,22 @@
 /*
  * pgjq: update from 0.1.0 to 0.2.0 (ALTER EXTENSION pgjq UPDATE).
  *
- * 0.2.0 hardens 0.1.0 (see CHANGELOG.md); its tables are those of 0.1.0, so
- * no data moves.  Every object whose definition changed is redefined here,
+ * 0.2.0 hardens 0.1.0 and adds the ring engine (see CHANGELOG.md); no job
+ * moves: the ring's tables start empty and 0.1.0's jobs stay in pgjq.job.  Every object whose definition changed is redefined here,
  * so that an updated installation is the same as a new one: the upgrade
  * test (test/t/070_upgrade_dump.pl) compares the two schemas object by object.
  */
 
 \echo Use "ALTER EXTENSION pgjq UPDATE TO '0.2.0'" to load this file. \quit
+
+/* 0.2.0 needs the preload: refused here, with a hint, before anything changes */
+CREATE FUNCTION pgjq._require_preload() RETURNS void
+	LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+	AS 'MODULE_PATHNAME', 'pgjq_require_preload';
+REVOKE ALL ON FUNCTION pgjq._require_preload() FROM PUBLIC;
+/* as in a new installation, which grants pgjq_admin every function */
+GRANT EXECUTE ON FUNCTION pgjq._require_preload() TO pgjq_admin;
+SELECT pgjq._require_preload();
 
 /*
  * The history tables lose their partitioned indexes (which made pg_restore
@@ -124,8 +133,13 @@ GRANT EXECUTE ON FUNCTION pgjq.metrics(text), pgjq.metrics_prometheus(text) TO p
 GRANT USAGE ON SCHEMA pgjq TO pg_monitor;
 GRANT EXECUTE ON FUNCTION pgjq.metrics(text), pgjq.metrics_prometheus(text) TO pg_monitor;
 
-/* New in 0.2.0: the ring engine, per queue (docs/design.md). */
-ALTER TABLE pgjq.queue ADD COLUMN engine "char" NOT NULL DEFAULT 't' CHECK (engine IN ('t', 'r'));
+/*
+ * New in 0.2.0: the ring engine (docs/design.md).  Every existing queue
+ * becomes a ring queue: its new jobs go to the ring, and the jobs it has in
+ * pgjq.job are served from there as a ring queue's retried and delayed
+ * jobs are (its claims look at pgjq.job while it may hold ready jobs).
+ */
+ALTER TABLE pgjq.queue ADD COLUMN engine "char" NOT NULL DEFAULT 'r' CHECK (engine IN ('t', 'r'));
 
 /*
  * The ring engine (docs/design.md, "The ring engine").  A queue created
@@ -154,7 +168,9 @@ CREATE TABLE pgjq.ring_body_0 (
 	max_attempts	integer NOT NULL,
 	priority		smallint,
 	fair_key		text COLLATE "C",
-	payload			jsonb NOT NULL
+	payload			jsonb NOT NULL,
+	last_error		text,	/* of the attempt before (a promoted retry); NULL costs no byte */
+	run_at			timestamptz	/* when a promoted job fell due; NULL: enqueued_at */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_1 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_2 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -168,7 +184,8 @@ CREATE TABLE pgjq.ring_log_0 (
 	token			bigint NOT NULL,
 	at				timestamptz NOT NULL,	/* 'c': lease end; else: when */
 	kind			"char" NOT NULL CHECK (kind IN ('c', 'd', 'm', 'x')),
-	ids				bigint[] NOT NULL
+	ids				bigint[] NOT NULL,
+	worker			text	/* 'c': claim's worker argument; NULL costs no byte */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_log_1 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_log_2 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);

@@ -12,6 +12,17 @@
 
 \echo Use "CREATE EXTENSION pgjq" to load this file. \quit
 
+/*
+ * pgjq keeps its queues' claimable jobs in shared memory (the ring engine):
+ * without shared_preload_libraries the extension is refused here, with a
+ * hint, rather than at the first enqueue.
+ */
+CREATE FUNCTION pgjq._require_preload() RETURNS void
+	LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+	AS 'MODULE_PATHNAME', 'pgjq_require_preload';
+REVOKE ALL ON FUNCTION pgjq._require_preload() FROM PUBLIC;
+SELECT pgjq._require_preload();
+
 /* ---------------------------------------------------------------- roles */
 
 DO $roles$
@@ -47,7 +58,7 @@ CREATE TABLE pgjq.queue (
 	burst			integer,
 	paused			boolean NOT NULL DEFAULT false,
 	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
-	engine			"char" NOT NULL DEFAULT 't' CHECK (engine IN ('t', 'r'))	/* 't' pgjq.job, 'r' the ring */
+	engine			"char" NOT NULL DEFAULT 'r' CHECK (engine IN ('t', 'r'))	/* 't' pgjq.job, 'r' the ring */
 );
 COMMENT ON TABLE pgjq.queue IS 'one row per queue and its settings (private: use the pgjq functions)';
 
@@ -189,7 +200,9 @@ CREATE TABLE pgjq.ring_body_0 (
 	max_attempts	integer NOT NULL,
 	priority		smallint,
 	fair_key		text COLLATE "C",
-	payload			jsonb NOT NULL
+	payload			jsonb NOT NULL,
+	last_error		text,	/* of the attempt before (a promoted retry); NULL costs no byte */
+	run_at			timestamptz	/* when a promoted job fell due; NULL: enqueued_at */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_1 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_2 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -203,7 +216,8 @@ CREATE TABLE pgjq.ring_log_0 (
 	token			bigint NOT NULL,
 	at				timestamptz NOT NULL,	/* 'c': lease end; else: when */
 	kind			"char" NOT NULL CHECK (kind IN ('c', 'd', 'm', 'x')),
-	ids				bigint[] NOT NULL
+	ids				bigint[] NOT NULL,
+	worker			text	/* 'c': claim's worker argument; NULL costs no byte */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_log_1 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_log_2 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);

@@ -164,7 +164,7 @@ queue_claim(const PgjqQueue *q, int granted, TimestampTz lease_until, const char
 				 ring_prio < table_prio)
 		{
 			/* the ring has more urgent jobs: they go first */
-			got = pgjq_ring_claim(q, granted, lease_until, quota, token, jobs);
+			got = pgjq_ring_claim(q, granted, lease_until, worker, quota, token, jobs);
 			*from_table = 0;
 			if (got < granted)
 			{
@@ -184,7 +184,8 @@ queue_claim(const PgjqQueue *q, int granted, TimestampTz lease_until, const char
 	}
 	*from_table = got;
 	if (got < granted)
-		got += pgjq_ring_claim(q, granted - got, lease_until, quota, token, jobs + got);
+		got += pgjq_ring_claim(q, granted - got, lease_until, worker, quota, token,
+							   jobs + got);
 	return got;
 }
 

@@ -46,7 +46,7 @@ int			pgjq_max_wait_ms = 20000;
 int			pgjq_horizon_warn_after_s = 300;
 int			pgjq_max_metrics_queues = 4096;
 int			pgjq_max_metrics_claims = 65536;
-int			pgjq_engine = PGJQ_ENGINE_TABLE;
+int			pgjq_engine = PGJQ_ENGINE_RING;
 int			pgjq_ring_positions = 1048576;
 int			pgjq_ring_max_in_flight = 65536;
 int			pgjq_ring_max_lanes = 65536;
@@ -139,9 +139,9 @@ pgjq_guc_init(void)
 
 	DefineCustomEnumVariable("pgjq.engine",
 							 "Storage engine of the queues created from now on.",
-							 "table: pgjq.job (the default); ring: the ring engine, which needs shared_preload_libraries.",
+							 "ring: the ring engine (the default); table: pgjq.job, the first engine, kept as the reference while the ring takes over.",
 							 &pgjq_engine,
-							 PGJQ_ENGINE_TABLE,
+							 PGJQ_ENGINE_RING,
 							 engine_options,
 							 PGC_SUSET,
 							 0,

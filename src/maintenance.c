@@ -42,14 +42,19 @@ check_not_in_recovery(void)
 				 errhint("The background worker of the primary runs it.")));
 }
 
-/* Promote up to `limit` due jobs; returns how many. */
+/*
+ * Promote up to `limit` due jobs; returns how many.  Those of ring queues
+ * move into the ring (ring.h); the rest become ready in pgjq.job.
+ */
 static int64
 promote_chunk(int limit)
 {
 	int64		n;
+	TimestampTz now = GetCurrentTimestamp();
 
 	pgjq_storage_begin();
-	n = pgjq_storage_promote(GetCurrentTimestamp(), limit);
+	n = pgjq_ring_promote(now, limit);
+	n += pgjq_storage_promote(now, limit - (int) n);
 	pgjq_storage_end();
 	return n;
 }

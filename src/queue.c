@@ -124,6 +124,13 @@ pgjq_create_queue(PG_FUNCTION_ARGS)
 		s.retention_us = USECS_PER_DAY;
 	check_backoff(s.backoff_base_us, s.backoff_max_us);
 	s.engine = (char) pgjq_engine;
+
+	/*
+	 * A 0.1.0 schema (the new library before ALTER EXTENSION UPDATE) has only
+	 * the table engine: its queues become ring queues at the update.
+	 */
+	if (s.engine == PGJQ_ENGINE_RING && !pgjq_storage_queue_has_engine())
+		s.engine = PGJQ_ENGINE_TABLE;
 	if (s.engine == PGJQ_ENGINE_RING)
 		pgjq_ring_require();
 

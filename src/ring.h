@@ -51,7 +51,8 @@ extern void pgjq_ring_require(void);
 /* ring_store.c: the engine's operations, between pgjq_storage_begin/end */
 extern void pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs);
 extern int	pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
-							PgjqClaimQuota *quota, int64 *token, PgjqClaimedJob *jobs);
+							const char *worker, PgjqClaimQuota *quota, int64 *token,
+							PgjqClaimedJob *jobs);
 
 /*
  * Whether a claim of the ring queue should ask the table engine first: it
@@ -80,6 +81,9 @@ extern int64 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz no
 #define PGJQ_RING_STALE		1	/* a ring job, but the token is stale */
 #define PGJQ_RING_MOVED		2	/* now a running row of pgjq.job */
 extern int	pgjq_ring_move(int64 id, const int64 *token);	/* NULL: any claim */
+
+/* due jobs of ring queues from pgjq.job into the ring (maintenance.c) */
+extern int64 pgjq_ring_promote(TimestampTz now, int limit);
 
 /* a ready ring job moved into pgjq.job as ready (for cancel); false if none */
 extern bool pgjq_ring_take_ready(int64 id);

@@ -140,6 +140,10 @@ typedef struct RingFlight
 	/* a relocated copy of its body, taken on when the owner's xact ends */
 	ItemPointerData reloc_tid;
 	uint16		reloc_slot;		/* RING_NO_SLOT: none */
+	TransactionId reloc_xid;	/* the relocation's (RingSlot.left_xid) */
+	/* its claim's 'c' row, where job(id) reads the worker (checked there) */
+	ItemPointerData claim_tid;
+	uint16		claim_slot;		/* RING_NO_SLOT: unknown */
 } RingFlight;
 
 #define RING_NO_SLOT	0xFFFF
@@ -152,6 +156,13 @@ typedef struct RingSlot
 	bool		sealed;			/* no longer current */
 	bool		clean;			/* empty (truncated, committed), not in use */
 	bool		truncating;
+
+	/*
+	 * The newest transaction that finished a job of the slot or moved one out
+	 * of it: TRUNCATE is not MVCC-safe, so the slot is truncated only once no
+	 * snapshot is older than that (ring_store.c, maybe_truncate)
+	 */
+	TransactionId left_xid;
 } RingSlot;
 
 /* one database's ring */
@@ -230,6 +241,7 @@ typedef struct RingPendingId
 extern void ring_note_enqueued(const RingPos *p, RingLane *lane);
 extern void ring_reserve_local(int nenq, int nclaim, int nclose);
 extern void ring_note_claimed(int64 id);
+extern void ring_own_claiming(int32 queue_id, int64 *mine, int64 *mine_own);
 extern void ring_claim_begun(RingFlight *f);
 extern int	ring_take_own(int32 queue_id, int max, RingPos *out, RingLane **lanes);
 extern void ring_take_own_undo(const RingPos *pos, int n);
@@ -244,7 +256,8 @@ extern void ring_note_truncating(int slot);
 extern bool ring_truncating(void);
 extern void ring_note_table_touch(int32 queue_id, bool at_commit_only);
 extern void ring_reserve_relocated(int n);
-extern void ring_note_relocated(int64 id, int32 node, int from, const RingPos *to);
+extern void ring_note_relocated(int64 id, int32 node, int from, const RingPos *to,
+								int64 token, const ItemPointerData *claim_tid);
 extern bool ring_touched_here(int32 queue_id);
 
 #endif							/* PGJQ_RING_INTERNAL_H */

@@ -107,7 +107,7 @@ pgjq_ring_require(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the ring engine needs pgjq in shared_preload_libraries"),
-				 errhint("Add pgjq to shared_preload_libraries and restart the server, or create the queue with pgjq.engine = 'table'.")));
+				 errhint("Add pgjq to shared_preload_libraries and restart the server.")));
 }
 
 /* ---------------------------------------------------------------------
@@ -598,7 +598,10 @@ ring_flight_enter(int64 id)
 	f = hash_search(ring_flights, &key, HASH_ENTER_NULL, &found);
 	Assert(f == NULL || !found);
 	if (f != NULL)
+	{
 		f->reloc_slot = RING_NO_SLOT;
+		f->claim_slot = RING_NO_SLOT;
+	}
 	return f;
 }
 
@@ -659,6 +662,8 @@ typedef struct RingPendingReloc
 	int32		node;			/* its lane node when copied, -1 if in flight */
 	uint16		from;
 	RingPos		to;
+	int64		token;			/* in flight: its claim, whose 'c' row was */
+	ItemPointerData claim_tid;	/* written again at claim_tid of slot to.slot */
 	int			level;
 } RingPendingReloc;
 static RingPendingReloc *p_reloc = NULL;
@@ -729,7 +734,8 @@ ring_reserve_relocated(int n)
 
 /* room reserved by ring_reserve_relocated */
 void
-ring_note_relocated(int64 id, int32 node, int from, const RingPos *to)
+ring_note_relocated(int64 id, int32 node, int from, const RingPos *to,
+					int64 token, const ItemPointerData *claim_tid)
 {
 	RingPendingReloc *r = &p_reloc[n_reloc++];
 
@@ -737,7 +743,28 @@ ring_note_relocated(int64 id, int32 node, int from, const RingPos *to)
 	r->node = node;
 	r->from = (uint16) from;
 	r->to = *to;
+	r->token = claim_tid ? token : 0;
+	if (claim_tid)
+		r->claim_tid = *claim_tid;
 	r->level = GetCurrentTransactionNestLevel();
+}
+
+/*
+ * Lock held: a job of slot s finished or moved to another slot, in
+ * transaction xid, which is committing now or has committed
+ * (InvalidTransactionId: unknown, so every xid assigned so far stands for
+ * it).
+ */
+static void
+slot_left(RingDb *db, int s, TransactionId xid)
+{
+	RingSlot   *st = &db->slots[s];
+
+	if (!TransactionIdIsValid(xid))
+		xid = ReadNextTransactionId();
+	st->open--;
+	if (!TransactionIdIsValid(st->left_xid) || TransactionIdFollows(xid, st->left_xid))
+		st->left_xid = xid;
 }
 
 /*
@@ -752,7 +779,8 @@ flight_take_reloc(RingDb *db, RingFlight *f)
 		return;
 	if (db)
 	{
-		db->slots[f->slot].open--;
+		/* when the relocation that copied it committed */
+		slot_left(db, f->slot, f->reloc_xid);
 		db->slots[f->reloc_slot].open++;
 	}
 	f->tid = f->reloc_tid;
@@ -784,7 +812,7 @@ apply_relocation(RingDb *db)
 			ring->nodes[r->node].p.slot = r->to.slot;
 			if (db)
 			{
-				db->slots[r->from].open--;
+				slot_left(db, r->from, GetTopTransactionIdIfAny());
 				db->slots[r->to.slot].open++;
 			}
 			continue;
@@ -794,6 +822,13 @@ apply_relocation(RingDb *db)
 			continue;
 		f->reloc_tid = r->to.tid;
 		f->reloc_slot = r->to.slot;
+		f->reloc_xid = GetTopTransactionIdIfAny();
+		/* the old claim row goes with the old slot: the copy's is the one */
+		if (r->token != 0 && f->token == r->token)
+		{
+			f->claim_tid = r->claim_tid;
+			f->claim_slot = r->to.slot;
+		}
 		if (f->state == RF_OPEN)
 			flight_take_reloc(db, f);
 	}
@@ -897,6 +932,29 @@ ring_note_claimed(int64 id)
 	p_claim[n_claim].level = GetCurrentTransactionNestLevel();
 	p_claim[n_claim].was_claiming = false;
 	n_claim++;
+}
+
+/*
+ * Lock held: how many of the queue's jobs being claimed this transaction
+ * claims (*mine), and of them how many it enqueued itself (*mine_own), so
+ * that counts "as committed" still show a transaction its own claims.
+ */
+void
+ring_own_claiming(int32 queue_id, int64 *mine, int64 *mine_own)
+{
+	*mine = *mine_own = 0;
+	for (int i = 0; i < n_claim; i++)
+	{
+		RingFlight *f = ring_flight_find(p_claim[i].id);
+
+		if (f != NULL && f->state == RF_CLAIMING && f->queue_id == queue_id &&
+			f->xid == GetTopTransactionIdIfAny())
+		{
+			(*mine)++;
+			if (f->pending)
+				(*mine_own)++;
+		}
+	}
 }
 
 void
@@ -1240,7 +1298,7 @@ xact_callback(XactEvent event, void *arg)
 					RingLane   *l = f->lane;
 
 					if (db)
-						db->slots[f->slot].open--;
+						slot_left(db, f->slot, GetTopTransactionIdIfAny());
 					l->running--;
 					l->queue->running--;
 					if (p_close[i].was_claiming)
@@ -1256,7 +1314,7 @@ xact_callback(XactEvent event, void *arg)
 				RingLane   *l = p_drop[i].lane;
 
 				if (db)
-					db->slots[p_drop[i].p.slot].open--;
+					slot_left(db, p_drop[i].p.slot, GetTopTransactionIdIfAny());
 				ring->reserved--;
 				l->pinned--;
 				ring_lane_settle(l);

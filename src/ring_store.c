@@ -63,6 +63,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "storage/proc.h"
+#include "storage/procarray.h"
 
 #define MULTI_CHUNK 1000		/* heap_multi_insert batch, as COPY uses */
 
@@ -76,7 +77,9 @@
 #define B_PRIORITY	7
 #define B_FAIRKEY	8
 #define B_PAYLOAD	9
-#define B_NATTS		9
+#define B_LASTERR	10
+#define B_RUNAT		11
+#define B_NATTS		11
 
 /* relation OIDs of this database, looked up once per backend and database */
 static Oid	cached_db = InvalidOid;
@@ -303,6 +306,7 @@ maybe_truncate(void)
 	RingDb	   *db;
 	int			s = -1;
 	char		sql[96];
+	TransactionId horizon = InvalidTransactionId;
 
 	if (ring_truncating())
 		return false;
@@ -311,14 +315,36 @@ maybe_truncate(void)
 	for (int k = 1; k < RING_NSLOTS; k++)
 	{
 		int			c = (db->cur_slot + k) % RING_NSLOTS;
+		RingSlot   *st = &db->slots[c];
 
-		if (db->slots[c].clean)
+		if (st->clean)
 			continue;
 		/* the oldest in use: truncatable or nothing is */
-		if (db->slots[c].sealed && db->slots[c].open == 0 && db->slots[c].writers == 0 &&
-			!db->slots[c].truncating)
+		if (st->sealed && st->open == 0 && st->writers == 0 && !st->truncating)
 		{
-			db->slots[c].truncating = true;
+			/*
+			 * TRUNCATE is not MVCC-safe: a snapshot taken before the slot's
+			 * last job finished would find its body gone and the job in no
+			 * store at all (job(id) of a REPEATABLE READ transaction).  So
+			 * the slot waits until every snapshot is newer than that, as
+			 * vacuum waits for the horizon.  Computed at most once a call,
+			 * only for a slot that is otherwise ready.
+			 */
+			if (TransactionIdIsValid(st->left_xid))
+			{
+				if (!TransactionIdIsValid(horizon))
+				{
+					LWLockRelease(ring->lock);
+					horizon = GetOldestNonRemovableTransactionId(NULL);
+					LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+					db = ring_db();
+					k = 0;		/* look again: it may have changed */
+					continue;
+				}
+				if (!TransactionIdPrecedes(st->left_xid, horizon))
+					break;
+			}
+			st->truncating = true;
 			s = c;
 		}
 		break;
@@ -358,9 +384,11 @@ typedef struct BodyRow
 	int16		priority;
 	Datum		fair_key;		/* text or 0 */
 	Datum		payload;
+	Datum		last_error;		/* text or 0 */
+	TimestampTz run_at;			/* 0: enqueued_at */
 } BodyRow;
 
-static bool standby_job(int64 id, char *state, TimestampTz *lease, BodyRow *b);
+static bool standby_job(int64 id, char *state, TimestampTz *lease, char **worker, BodyRow *b);
 
 static void
 body_values(const BodyRow *b, Datum *values, bool *nulls)
@@ -383,6 +411,10 @@ body_values(const BodyRow *b, Datum *values, bool *nulls)
 	nulls[B_FAIRKEY - 1] = b->fair_key == (Datum) 0;
 	values[B_PAYLOAD - 1] = b->payload;
 	nulls[B_PAYLOAD - 1] = false;
+	values[B_LASTERR - 1] = b->last_error;
+	nulls[B_LASTERR - 1] = b->last_error == (Datum) 0;
+	values[B_RUNAT - 1] = TimestampTzGetDatum(b->run_at);
+	nulls[B_RUNAT - 1] = b->run_at == 0;
 }
 
 /* A body row's fields; payload and key detoasted copies in the current context. */
@@ -405,6 +437,10 @@ body_read(HeapTuple tup, TupleDesc desc, BodyRow *b)
 	d = heap_getattr(tup, B_FAIRKEY, desc, &isnull);
 	b->fair_key = isnull ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
 	b->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(heap_getattr(tup, B_PAYLOAD, desc, &isnull)));
+	d = heap_getattr(tup, B_LASTERR, desc, &isnull);
+	b->last_error = isnull ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
+	d = heap_getattr(tup, B_RUNAT, desc, &isnull);
+	b->run_at = isnull ? 0 : DatumGetTimestampTz(d);
 }
 
 /* The body at a published position (no MVCC test: publication proves it). */
@@ -529,30 +565,80 @@ int8_array(const int64 *v, int n)
 	return construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
 }
 
-/* One ring_log row into slot s. */
+/* columns of a log row (sql/pgjq.sql) */
+#define L_TOKEN		1
+#define L_AT		2
+#define L_KIND		3
+#define L_IDS		4
+#define L_WORKER	5
+#define L_NATTS		5
+
+/*
+ * One ring_log row into slot s; worker only for claims ('c'), NULL for none.
+ * Its position goes to *tid when tid is given.
+ */
 static void
-log_append_to(int s, int64 token, TimestampTz at, char kind, const int64 *ids, int n)
+log_append_to(int s, int64 token, TimestampTz at, char kind, const int64 *ids, int n,
+			  const char *worker, ItemPointer tid)
 {
 	Relation	rel = table_open(log_oid[s], RowExclusiveLock);
-	Datum		values[4];
-	bool		nulls[4] = {false, false, false, false};
+	Datum		values[L_NATTS];
+	bool		nulls[L_NATTS] = {false, false, false, false, worker == NULL};
 	HeapTuple	tup;
 
-	values[0] = Int64GetDatum(token);
-	values[1] = TimestampTzGetDatum(at);
-	values[2] = CharGetDatum(kind);
-	values[3] = PointerGetDatum(int8_array(ids, n));
+	values[L_TOKEN - 1] = Int64GetDatum(token);
+	values[L_AT - 1] = TimestampTzGetDatum(at);
+	values[L_KIND - 1] = CharGetDatum(kind);
+	values[L_IDS - 1] = PointerGetDatum(int8_array(ids, n));
+	values[L_WORKER - 1] = worker ? CStringGetTextDatum(worker) : (Datum) 0;
 	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	simple_heap_insert(rel, tup);
+	if (tid)
+		*tid = tup->t_self;
 	heap_freetuple(tup);
 	table_close(rel, NoLock);
 }
 
-/* One ring_log row into the current slot. */
+/* One ring_log row of a close ('d', 'm', 'x') into the current slot. */
 static void
 log_append(int64 token, TimestampTz at, char kind, const int64 *ids, int n)
 {
-	log_append_to(slot_for_write(0), token, at, kind, ids, n);
+	log_append_to(slot_for_write(0), token, at, kind, ids, n, NULL, NULL);
+}
+
+/*
+ * The worker named by the claim row at (slot, tid), if it is the 'c' row of
+ * `token` (in the current memory context); NULL when it names none or the
+ * row is not that claim's any more (its slot was truncated).  For job(id)
+ * and relocation; the caller holds no ring lock.
+ */
+static char *
+claim_worker(int slot, ItemPointer tid, int64 token)
+{
+	Relation	rel;
+	HeapTupleData tup;
+	Buffer		buf;
+	char	   *worker = NULL;
+
+	if (slot < 0 || slot >= RING_NSLOTS || !ItemPointerIsValid(tid))
+		return NULL;
+	rel = table_open(log_oid[slot], AccessShareLock);
+	tup.t_self = *tid;
+	if (ItemPointerGetBlockNumber(tid) < RelationGetNumberOfBlocks(rel) &&
+		heap_fetch(rel, SnapshotAny, &tup, &buf, false))
+	{
+		TupleDesc	desc = RelationGetDescr(rel);
+		bool		isnull;
+		int64		t = DatumGetInt64(heap_getattr(&tup, L_TOKEN, desc, &isnull));
+		char		kind = DatumGetChar(heap_getattr(&tup, L_KIND, desc, &isnull));
+		Datum		w = heap_getattr(&tup, L_WORKER, desc, &isnull);
+
+		if (t == token && kind == 'c' && !isnull)
+			worker = TextDatumGetCString(w);
+		ReleaseBuffer(buf);
+	}
+	table_close(rel, AccessShareLock);
+	return worker;
 }
 
 /* log rows of closed claims, one per distinct token (usually one) */
@@ -581,11 +667,16 @@ log_closes(char kind, TimestampTz at, int n, const int64 *ids, const int64 *toks
 /* ---------------------------------------------------------------------
  * enqueue
  * --------------------------------------------------------------------- */
-void
-pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
+/*
+ * Append n bodies of one queue to the current slot and publish them when
+ * the transaction commits: room for their positions is reserved and their
+ * lanes pinned now, so that the commit callback cannot fail; a bound that
+ * is reached raises here, before anything is published.  For enqueue and
+ * for the promotion of due jobs from pgjq.job.
+ */
+static void
+append_and_publish(int32 queue_id, int n, BodyRow *rows)
 {
-	int			n = jobs->n;
-	BodyRow    *rows = palloc(sizeof(BodyRow) * n);
 	ItemPointerData *tids = palloc(sizeof(ItemPointerData) * n);
 	RingLaneKey *keys = palloc(sizeof(RingLaneKey) * n);
 	RingLane  **lanes = palloc(sizeof(RingLane *) * n);
@@ -593,30 +684,8 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 	int			pinned = 0;
 	const char *full = NULL;
 
-	if (n == 0)
-		return;
-	if (!ensure_ready(true))
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot use a ring queue during recovery")));
 	for (int i = 0; i < n; i++)
-	{
-		BodyRow    *b = &rows[i];
-
-		b->id = nextval_internal(jobseq_oid, false);
-		jobs->ids[i] = b->id;
-		b->after = 0;
-		b->queue_id = queue_id;
-		b->enqueued_at = jobs->enqueued_at;
-		b->attempt = 1;
-		b->max_attempts = max_attempts;
-		b->priority = jobs->priority;
-		b->fair_key = (jobs->fair_keys && !jobs->fair_key_nulls[i] &&
-					   VARSIZE_ANY_EXHDR(DatumGetPointer(jobs->fair_keys[i])) > 0)
-			? jobs->fair_keys[i] : (Datum) 0;
-		b->payload = jobs->payloads[i];
-		body_lane_key(b, &keys[i]);
-	}
+		body_lane_key(&rows[i], &keys[i]);
 	s = slot_for_write(n);
 	body_append(s, n, rows, tids);
 
@@ -631,12 +700,15 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 
 		if (q == NULL)
 			full = "queues";
-		else if (!ring_prio_room(q, jobs->priority))
-			full = "priorities";
 		for (int i = 0; i < n && full == NULL; i++)
 		{
 			if (i > 0 && memcmp(&keys[i], &keys[i - 1], sizeof(RingLaneKey)) == 0)
 				lanes[i] = lanes[i - 1];
+			else if (!ring_prio_room(q, rows[i].priority))
+			{
+				full = "priorities";
+				break;
+			}
 			else if ((lanes[i] = ring_lane_get(&keys[i], q)) == NULL)
 			{
 				full = "lanes";
@@ -682,6 +754,156 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 	pgjq_wait_note_ready(queue_id, n);
 }
 
+void
+pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
+{
+	int			n = jobs->n;
+	BodyRow    *rows = palloc(sizeof(BodyRow) * n);
+
+	if (n == 0)
+		return;
+	if (!ensure_ready(true))
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot use a ring queue during recovery")));
+	for (int i = 0; i < n; i++)
+	{
+		BodyRow    *b = &rows[i];
+
+		b->id = nextval_internal(jobseq_oid, false);
+		jobs->ids[i] = b->id;
+		b->after = 0;
+		b->queue_id = queue_id;
+		b->enqueued_at = jobs->enqueued_at;
+		b->attempt = 1;
+		b->max_attempts = max_attempts;
+		b->priority = jobs->priority;
+		b->fair_key = (jobs->fair_keys && !jobs->fair_key_nulls[i] &&
+					   VARSIZE_ANY_EXHDR(DatumGetPointer(jobs->fair_keys[i])) > 0)
+			? jobs->fair_keys[i] : (Datum) 0;
+		b->payload = jobs->payloads[i];
+		b->last_error = (Datum) 0;
+		b->run_at = 0;
+	}
+	append_and_publish(queue_id, n, rows);
+}
+
+/* ---------------------------------------------------------------------
+ * promotion: due jobs of ring queues from pgjq.job into the ring
+ * --------------------------------------------------------------------- */
+
+/*
+ * The due scheduled jobs of ring queues that have no dedup_key (a dedup key
+ * is unique through pgjq.job's index, so those jobs stay there), the
+ * earliest first; locked rows are skipped.  With the xmin of each, then
+ * taken out of pgjq.job by id, ordered by queue for append_and_publish.
+ */
+static PgjqPlan plan_promote_pick = {
+	"SELECT s.id, s.xmin FROM pgjq.job s JOIN pgjq.queue q ON q.queue_id = s.queue_id"
+	" WHERE s.state = 's' AND s.run_at <= $1 AND q.engine = 'r' AND s.dedup_key IS NULL"
+	" ORDER BY s.run_at LIMIT $2"
+	"   FOR UPDATE OF s SKIP LOCKED",
+	2, {TIMESTAMPTZOID, INT4OID}
+};
+static PgjqPlan plan_promote_out = {
+	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = ANY ($1)"
+	"            RETURNING j.id, j.queue_id, j.priority, j.fair_key, j.attempt, j.max_attempts,"
+	"                      j.token, j.enqueued_at, j.payload, j.last_error, j.run_at)"
+	" SELECT id, queue_id, priority, fair_key, attempt, max_attempts, token, enqueued_at,"
+	"        payload, last_error, run_at FROM d ORDER BY queue_id, run_at, id",
+	1, {INT8ARRAYOID}
+};
+
+/*
+ * Promotion into the ring: up to `limit` due jobs of ring queues move from
+ * pgjq.job into the ring as the job's next version (same id; after_token =
+ * the token of the claim whose outcome scheduled it, 0 for a delayed job
+ * never claimed; the attempt about to run), behind the ready jobs of their
+ * lane.  So a retried, snoozed, rescued or delayed job is claimed by the
+ * ring's one round robin, not from a second store.  Returns how many; the
+ * caller promotes the rest (table queues, dedup keys) in pgjq.job.  Taken
+ * no further than the ring has room for positions now, so a full ring
+ * leaves jobs to pgjq.job instead of failing the promotion.
+ */
+int64
+pgjq_ring_promote(TimestampTz now, int limit)
+{
+	Datum		values[2];
+	int			n;
+	int64		room;
+	int64	   *ids;
+	BodyRow    *rows;
+	MemoryContext old;
+
+	if (ring == NULL || limit <= 0 || !ensure_ready(false))
+		return 0;
+	LWLockAcquire(ring->lock, LW_SHARED);
+	room = (int64) pgjq_ring_positions - ring->count - ring->reserved - ring->held;
+	LWLockRelease(ring->lock);
+	if (room < limit)
+		limit = (int) Max(room / 2, 0);
+	if (limit <= 0)
+		return 0;
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(limit);
+	pgjq_spi_run(&plan_promote_pick, values, NULL, 0);
+	ids = palloc(sizeof(int64) * Max(SPI_processed, 1));
+	n = 0;
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+
+		/*
+		 * A row this transaction wrote (a snooze or a retry of a ring job it
+		 * moved out of the ring) stays in pgjq.job: a second version of a job
+		 * in one transaction, claimed and moved again before it commits, is
+		 * what the ring's pending lists do not follow
+		 */
+		if (TransactionIdIsCurrentTransactionId(DatumGetTransactionId(pgjq_spi_get((int) r, 2, &isnull))))
+			continue;
+		ids[n++] = pgjq_spi_get_int64((int) r, 1);
+	}
+	if (n == 0)
+		return 0;
+	values[0] = PointerGetDatum(int8_array(ids, n));
+	pgjq_spi_run(&plan_promote_out, values, NULL, 0);
+	n = (int) SPI_processed;
+	if (n == 0)
+		return 0;
+	old = MemoryContextSwitchTo(pgjq_result_cxt);
+	rows = palloc(sizeof(BodyRow) * n);
+	for (int r = 0; r < n; r++)
+	{
+		BodyRow    *b = &rows[r];
+		bool		isnull;
+		Datum		d;
+
+		b->id = pgjq_spi_get_int64(r, 1);
+		b->queue_id = DatumGetInt32(pgjq_spi_get(r, 2, &isnull));
+		b->priority = DatumGetInt16(pgjq_spi_get(r, 3, &isnull));
+		d = pgjq_spi_get(r, 4, &isnull);
+		b->fair_key = isnull || VARSIZE_ANY_EXHDR(DatumGetPointer(d)) == 0 ? (Datum) 0
+			: datumCopy(d, false, -1);
+		/* pgjq.job counts attempts made; a body, the one it is for */
+		b->attempt = DatumGetInt32(pgjq_spi_get(r, 5, &isnull)) + 1;
+		b->max_attempts = DatumGetInt32(pgjq_spi_get(r, 6, &isnull));
+		b->after = pgjq_spi_get_int64(r, 7);
+		b->enqueued_at = DatumGetTimestampTz(pgjq_spi_get(r, 8, &isnull));
+		b->payload = datumCopy(pgjq_spi_get(r, 9, &isnull), false, -1);
+		d = pgjq_spi_get(r, 10, &isnull);
+		b->last_error = isnull ? (Datum) 0 : datumCopy(d, false, -1);
+		b->run_at = DatumGetTimestampTz(pgjq_spi_get(r, 11, &isnull));
+	}
+	MemoryContextSwitchTo(old);
+	for (int a = 0, z; a < n; a = z)
+	{
+		for (z = a + 1; z < n && rows[z].queue_id == rows[a].queue_id; z++)
+			;
+		append_and_publish(rows[a].queue_id, z - a, rows + a);
+	}
+	return n;
+}
+
 /* ---------------------------------------------------------------------
  * claim
  * --------------------------------------------------------------------- */
@@ -704,7 +926,8 @@ next_token(int64 *token)
 
 int
 pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
-				PgjqClaimQuota *quota, int64 *token, PgjqClaimedJob *jobs)
+				const char *worker, PgjqClaimQuota *quota, int64 *token,
+				PgjqClaimedJob *jobs)
 {
 	RingPos    *got;
 	int64	   *gotids;
@@ -720,6 +943,8 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	bool		counters_full = false;
 	bool		key_limited = queue->key_concurrency > 0;
 	bool		held;
+	int			claim_slot;
+	ItemPointerData claim_tid;
 
 	if (!ensure_ready(true))
 		ereport(ERROR,
@@ -872,7 +1097,8 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	pgjq_limits_ring_settle(queue, k, gothash);
 
 	/* the claim's one durable row */
-	log_append(tok, lease_until, 'c', gotids, k);
+	claim_slot = slot_for_write(0);
+	log_append_to(claim_slot, tok, lease_until, 'c', gotids, k, worker, &claim_tid);
 
 	old = MemoryContextSwitchTo(pgjq_result_cxt);
 	for (int i = 0; i < k; i++)
@@ -906,6 +1132,8 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		{
 			f->attempt = jobs[i].attempt;
 			f->enqueued_at = jobs[i].enqueued_at;
+			f->claim_tid = claim_tid;
+			f->claim_slot = (uint16) claim_slot;
 		}
 	}
 	LWLockRelease(ring->lock);
@@ -1082,6 +1310,30 @@ static PgjqPlan plan_done = {
 	7, {INT4OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID}
 };
 
+static bool tables_known(void);
+static bool body_by_id(int64 id, BodyRow *out, int *slot, ItemPointerData *tid, bool latest);
+
+/*
+ * Without the preload (a server restarted without it) the ring's state is
+ * not there to act on: an outcome for a job whose body is in the ring's
+ * tables raises 55000 with the hint, rather than answering "stale" or
+ * "not found" for a job that job(id) still shows ready or running.  Table
+ * queues' jobs (no body here) go on to the table engine as before.
+ */
+static void
+require_for_ring_jobs(int n, const int64 *ids)
+{
+	BodyRow		b;
+	int			slot;
+	ItemPointerData tid;
+
+	if (ring != NULL || !tables_known())
+		return;
+	for (int i = 0; i < n; i++)
+		if (body_by_id(ids[i], &b, &slot, &tid, true))
+			pgjq_ring_require();
+}
+
 int64
 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *handled)
 {
@@ -1095,6 +1347,12 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 	int			m = 0;
 
 	memset(handled, 0, sizeof(bool) * n);
+	if (ring == NULL)
+	{
+		for (int i = 0; i < n; i++)
+			idv[i] = DatumGetInt64(ids[i]);
+		require_for_ring_jobs(n, idv);
+	}
 	if (ring == NULL || !ensure_ready(false))
 		return 0;
 	for (int i = 0; i < n; i++)
@@ -1186,10 +1444,10 @@ static PgjqPlan plan_move = {
 	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
 	"                      max_attempts, token, enqueued_at, run_at, lease_until, worker,"
 	"                      last_error, cancel_requested, payload)"
-	" VALUES ($1, $2, $3, $4, coalesce($5, ''), NULL, $6, $7, $8, $9, $9, $10, NULL, NULL,"
-	"         false, $11)",
-	11, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID}
+	" VALUES ($1, $2, $3, $4, coalesce($5, ''), NULL, $6, $7, $8, $9, coalesce($14, $9), $10,"
+	"         $12, $13, false, $11)",
+	14, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
 /* The closed ring job as a pgjq.job row (state 'a' running or 'r' ready). */
@@ -1198,8 +1456,10 @@ move_to_table(const RingFlight *f, char state)
 {
 	Relation	rel = table_open(body_oid[f->slot], AccessShareLock);
 	BodyRow		b;
-	Datum		values[11];
-	char		nulls[12] = "           ";
+	Datum		values[14];
+	char		nulls[15] = "              ";
+	char	   *worker = state == 'a' ? claim_worker(f->claim_slot, (ItemPointer) &f->claim_tid,
+													 f->token) : NULL;
 
 	body_fetch(rel, f->key.id, (ItemPointer) &f->tid, &b);
 	table_close(rel, NoLock);
@@ -1218,6 +1478,12 @@ move_to_table(const RingFlight *f, char state)
 	values[9] = TimestampTzGetDatum(f->lease_until);
 	nulls[9] = state == 'a' ? ' ' : 'n';
 	values[10] = b.payload;
+	values[11] = worker ? CStringGetTextDatum(worker) : (Datum) 0;
+	nulls[11] = worker ? ' ' : 'n';
+	values[12] = b.last_error;
+	nulls[12] = b.last_error ? ' ' : 'n';
+	values[13] = TimestampTzGetDatum(b.run_at);
+	nulls[13] = b.run_at ? ' ' : 'n';
 	pgjq_spi_run(&plan_move, values, nulls, 0);
 
 	/*
@@ -1237,6 +1503,7 @@ pgjq_ring_move(int64 id, const int64 *token)
 	RingFlight	f;
 	int64		tok;
 
+	require_for_ring_jobs(1, &id);
 	if (ring == NULL)
 		return PGJQ_RING_NOT_MINE;
 	/* 0 means any claim to close_claims; tokens are positive */
@@ -1252,12 +1519,26 @@ pgjq_ring_move(int64 id, const int64 *token)
 	return PGJQ_RING_MOVED;
 }
 
+/*
+ * The snapshot of the reads that answer from the ring's tables (job(),
+ * queue_stats and metrics() on a standby, and in a REPEATABLE READ or
+ * SERIALIZABLE transaction): that transaction's own, so that ring jobs are
+ * seen as of the same moment as the rows of pgjq.job and the history in
+ * the same query (shared memory holds only the present); else the latest.
+ * The rebuild and the writers always read the latest.
+ */
+static Snapshot
+read_snapshot(bool latest)
+{
+	return !latest && IsolationUsesXactSnapshot() ? GetTransactionSnapshot() : GetLatestSnapshot();
+}
+
 /* The newest body of a job (by the id index of each slot), or false. */
 static bool
-body_by_id(int64 id, BodyRow *out, int *slot, ItemPointerData *tid)
+body_by_id(int64 id, BodyRow *out, int *slot, ItemPointerData *tid, bool latest)
 {
 	bool		found = false;
-	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	Snapshot	snap = RegisterSnapshot(read_snapshot(latest));
 
 	for (int s = 0; s < RING_NSLOTS; s++)
 	{
@@ -1390,11 +1671,12 @@ pgjq_ring_take_ready(int64 id)
 	bool		taken = false;
 	int64		tok = 0;
 
+	require_for_ring_jobs(1, &id);
 	if (ring == NULL || !ensure_ready(false))
 		return false;
 	if (ring_writing() && take_own_ready(id))
 		return true;			/* this transaction's own enqueue */
-	if (!body_by_id(id, &b, &slot, &tid))
+	if (!body_by_id(id, &b, &slot, &tid, true))
 		return false;
 	body_lane_key(&b, &key);
 	tok = next_token(&tok);
@@ -1455,6 +1737,8 @@ typedef struct Straggler
 	ItemPointerData tid;
 	int64		token;			/* in flight: its claim */
 	TimestampTz lease_until;
+	ItemPointerData claim_tid;	/* in flight: its claim row (then the copy's) */
+	uint16		claim_slot;
 } Straggler;
 
 /*
@@ -1538,6 +1822,8 @@ relocate(int limit)
 			st[n].tid = f->tid;
 			st[n].token = f->token;
 			st[n].lease_until = f->lease_until;
+			st[n].claim_tid = f->claim_tid;
+			st[n].claim_slot = f->claim_slot;
 			n++;
 			nflight++;
 			if (n == limit)
@@ -1566,10 +1852,11 @@ relocate(int limit)
 	s = slot_for_write(n);
 	Assert(s != c);
 	body_append(s, n, rows, tids);
-	log_append_to(s, 0, now, 'r', ids, n);
+	log_append_to(s, 0, now, 'r', ids, n, NULL, NULL);
 	for (int i = n - nflight; i < n; i++)
 	{
 		int			m = 0;
+		ItemPointerData ctid;
 
 		if (st[i].node == -2)
 			continue;			/* already in a row */
@@ -1580,7 +1867,12 @@ relocate(int limit)
 				ids[m++] = st[j].id;
 				st[j].node = -2;
 			}
-		log_append_to(s, st[i].token, st[i].lease_until, 'c', ids, m);
+		/* one claim call, one worker: its first job's claim row names it */
+		log_append_to(s, st[i].token, st[i].lease_until, 'c', ids, m,
+					  claim_worker(st[i].claim_slot, &st[i].claim_tid, st[i].token), &ctid);
+		for (int j = i; j < n; j++)
+			if (st[j].token == st[i].token && st[j].lease_until == st[i].lease_until)
+				st[j].claim_tid = ctid;
 	}
 
 	ring_reserve_relocated(n);
@@ -1592,7 +1884,8 @@ relocate(int limit)
 		to.enqueued_at = rows[i].enqueued_at;
 		to.tid = tids[i];
 		to.slot = (uint16) s;
-		ring_note_relocated(st[i].id, st[i].node >= 0 ? st[i].node : -1, c, &to);
+		ring_note_relocated(st[i].id, st[i].node >= 0 ? st[i].node : -1, c, &to,
+							st[i].token, st[i].node >= 0 ? NULL : &st[i].claim_tid);
 	}
 	/* rare: once per truncation held up by stragglers */
 	elog(LOG, "pgjq: copying %d unfinished jobs (%d of them running) of ring slot %d into slot %d",
@@ -1826,6 +2119,25 @@ oldest_ready(RingQueue *q)
 	return oldest;
 }
 
+/*
+ * Lock held: the queue's ready and running ring jobs as committed, as this
+ * transaction sees them (as a query of pgjq.job would): another
+ * transaction's claim not committed yet leaves its jobs ready (or unseen,
+ * if that transaction enqueued them), this transaction's own claims count
+ * as running.
+ */
+static void
+committed_counts(RingQueue *q, int64 *ready, int64 *running)
+{
+	int64		mine = 0,
+				mine_own = 0;
+
+	if (q->claiming > 0)
+		ring_own_claiming(q->key.queue_id, &mine, &mine_own);
+	*ready = q->ready + (q->claiming - mine) - (q->claiming_own - mine_own);
+	*running = q->running - q->claiming + mine;
+}
+
 void
 pgjq_ring_counts(int32 queue_id, bool committed, int64 *ready, int64 *running,
 				 TimestampTz *oldest)
@@ -1834,11 +2146,12 @@ pgjq_ring_counts(int32 queue_id, bool committed, int64 *ready, int64 *running,
 
 	*ready = *running = 0;
 	*oldest = 0;
-	if (ring == NULL)
-		return;
-	if (!ensure_ready(false))
+	if (ring == NULL || !ensure_ready(false) || (committed && IsolationUsesXactSnapshot()))
 	{
-		/* a hot standby keeps no ring state: the tables say it */
+		/*
+		 * a hot standby (or no preload) keeps no ring state: the tables say
+		 * it (read_snapshot)
+		 */
 		(void) standby_counts(queue_id, ready, running, oldest);
 		return;
 	}
@@ -1846,9 +2159,7 @@ pgjq_ring_counts(int32 queue_id, bool committed, int64 *ready, int64 *running,
 	q = ring_queue_get(queue_id, false);
 	if (q != NULL && committed)
 	{
-		/* as committed: a claim not committed yet leaves its jobs ready */
-		*ready = q->ready + q->claiming - q->claiming_own;
-		*running = q->running - q->claiming;
+		committed_counts(q, ready, running);
 		*oldest = oldest_ready(q);
 	}
 	else if (q != NULL)
@@ -1868,6 +2179,8 @@ typedef struct RbClaim
 	int64		id;				/* key */
 	int64		token;			/* the newest claim */
 	TimestampTz lease_until;	/* of that claim's 'c' row; 0 if none */
+	uint8		cslots;			/* bit s: slot s has that 'c' row */
+	ItemPointerData ctids[RING_NSLOTS]; /* where, by slot */
 } RbClaim;
 
 typedef struct RbPair
@@ -1961,11 +2274,11 @@ current_slot(const RbScan *sc)
 	return oldest < 0 ? 0 : (oldest + RING_NSLOTS - 1) % RING_NSLOTS;
 }
 
-/* Scan the live slots (in the current memory context). */
+/* Scan the live slots (in the current memory context); read_snapshot(latest). */
 static void
-scan_tables(RbScan *sc)
+scan_tables(RbScan *sc, bool latest)
 {
-	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	Snapshot	snap = RegisterSnapshot(read_snapshot(latest));
 	RbBody	   *b;
 	HASH_SEQ_STATUS hs;
 
@@ -1993,10 +2306,10 @@ scan_tables(RbScan *sc)
 		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
 		{
 			bool		isnull;
-			int64		token = DatumGetInt64(heap_getattr(tup, 1, desc, &isnull));
-			TimestampTz at = DatumGetTimestampTz(heap_getattr(tup, 2, desc, &isnull));
-			char		kind = DatumGetChar(heap_getattr(tup, 3, desc, &isnull));
-			ArrayType  *arr = DatumGetArrayTypeP(heap_getattr(tup, 4, desc, &isnull));
+			int64		token = DatumGetInt64(heap_getattr(tup, L_TOKEN, desc, &isnull));
+			TimestampTz at = DatumGetTimestampTz(heap_getattr(tup, L_AT, desc, &isnull));
+			char		kind = DatumGetChar(heap_getattr(tup, L_KIND, desc, &isnull));
+			ArrayType  *arr = DatumGetArrayTypeP(heap_getattr(tup, L_IDS, desc, &isnull));
 			int			n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 			int64	   *ids = (int64 *) ARR_DATA_PTR(arr);
 
@@ -2020,9 +2333,14 @@ scan_tables(RbScan *sc)
 				{
 					c->token = token;
 					c->lease_until = 0;
+					c->cslots = 0;
 				}
 				if (kind == 'c' && c->token == token)
+				{
 					c->lease_until = at;
+					c->cslots |= 1 << s;
+					c->ctids[s] = tup->t_self;
+				}
 				if (kind != 'c')
 				{
 					RbPair		k = {ids[i], token};
@@ -2146,7 +2464,7 @@ rebuild(void)
 	const char *full = NULL;
 	HTAB	   *bodies;
 
-	scan_tables(&sc);
+	scan_tables(&sc, true);
 	bodies = sc.bodies;
 	cur = sc.cur;
 
@@ -2194,6 +2512,18 @@ rebuild(void)
 			f->xid = InvalidTransactionId;
 			f->tid = b->tid;
 			f->slot = b->slot;
+			/* a relocated claim has a row in two slots: the newer is kept */
+			for (int age = 0; age < RING_NSLOTS; age++)
+			{
+				int			t = (cur + RING_NSLOTS - age) % RING_NSLOTS;
+
+				if (c->cslots & (1 << t))
+				{
+					f->claim_slot = t;
+					f->claim_tid = c->ctids[t];
+					break;
+				}
+			}
 			f->state = RF_OPEN;
 			f->attempt = b->attempt;
 			f->queue_id = b->queue_id;
@@ -2284,33 +2614,45 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 	Datum		values[16];
 	bool		nulls[16];
 	char	   *qname = NULL;
+	char	   *worker = NULL;
 	bool		live;
 
 	InitMaterializedSRF(fcinfo, 0);
 	live = ring != NULL && ensure_ready(false);
 	pgjq_storage_begin();
-	if (!live)
+	if (!live || IsolationUsesXactSnapshot())
 	{
-		/* a hot standby (or a server without the preload): the tables say it */
+		/*
+		 * a hot standby (or a server without the preload): the tables say it;
+		 * and to a REPEATABLE READ or SERIALIZABLE transaction, as of its
+		 * snapshot (read_snapshot)
+		 */
 		char		st;
 
-		if (standby_job(id, &st, &lease, &b))
+		if (standby_job(id, &st, &lease, &worker, &b))
 		{
 			ready = st == 'r';
 			running = st == 'a';
 		}
 	}
-	else if (body_by_id(id, &b, &slot, &tid))
+	else if (body_by_id(id, &b, &slot, &tid, true))
 	{
 		RingFlight *f;
+		int64		ctoken = 0;
+		int			cslot = RING_NO_SLOT;
+		ItemPointerData ctid;
 
 		body_lane_key(&b, &key);
 		LWLockAcquire(ring->lock, LW_SHARED);
 		f = ring_flight_find(id);
-		if (f != NULL && f->state != RF_CLAIMING)
+		/* a claim shows as running once committed, and to its own transaction */
+		if (f != NULL && (f->state != RF_CLAIMING || f->xid == GetTopTransactionIdIfAny()))
 		{
 			running = true;
 			lease = f->lease_until;
+			ctoken = f->token;
+			cslot = f->claim_slot;
+			ctid = f->claim_tid;
 		}
 		else
 		{
@@ -2324,6 +2666,9 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 					ready = true;
 		}
 		LWLockRelease(ring->lock);
+		/* the claim row names the worker (it is read without the ring's lock) */
+		if (running)
+			worker = claim_worker(cslot, &ctid, ctoken);
 	}
 	if (ready || running)
 	{
@@ -2370,14 +2715,24 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 		}
 		values[8] = datumCopy(b.payload, false, -1);
 		nulls[8] = false;
+		if (b.last_error)
+		{
+			values[14] = datumCopy(b.last_error, false, -1);
+			nulls[14] = false;
+		}
 		values[9] = TimestampTzGetDatum(b.enqueued_at);
 		nulls[9] = false;
-		values[10] = TimestampTzGetDatum(b.enqueued_at);
+		values[10] = TimestampTzGetDatum(b.run_at ? b.run_at : b.enqueued_at);
 		nulls[10] = false;
 		if (running)
 		{
 			values[11] = TimestampTzGetDatum(lease);
 			nulls[11] = false;
+		}
+		if (running && worker)
+		{
+			values[13] = CStringGetTextDatum(worker);
+			nulls[13] = false;
 		}
 		values[15] = BoolGetDatum(false);
 		nulls[15] = false;
@@ -2420,11 +2775,16 @@ pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 	int			n = 0,
 				max;
 	Datum	   *rowsv;
+	int64		ready,
+				running;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (ring == NULL || !ensure_ready(false))
+	if (ring == NULL || !ensure_ready(false) || IsolationUsesXactSnapshot())
 	{
-		/* a hot standby (or no preload): counted from the tables */
+		/*
+		 * a hot standby (or no preload): counted from the tables; as of the
+		 * snapshot of a REPEATABLE READ or SERIALIZABLE transaction too
+		 */
 		StandbyCount *e;
 
 		if (!standby_scan())
@@ -2452,10 +2812,10 @@ pgjq_ring_counts_sql(PG_FUNCTION_ARGS)
 	{
 		if (q->key.dbid != MyDatabaseId || (q->ready == 0 && q->running == 0) || n >= max)
 			continue;
+		committed_counts(q, &ready, &running);
 		rowsv[4 * n] = Int32GetDatum(q->key.queue_id);
-		/* as committed: a claim not committed yet leaves its jobs ready */
-		rowsv[4 * n + 1] = Int64GetDatum(q->ready + q->claiming - q->claiming_own);
-		rowsv[4 * n + 2] = Int64GetDatum(q->running - q->claiming);
+		rowsv[4 * n + 1] = Int64GetDatum(ready);
+		rowsv[4 * n + 2] = Int64GetDatum(running);
 		rowsv[4 * n + 3] = TimestampTzGetDatum(oldest_ready(q));
 		n++;
 	}
@@ -2540,7 +2900,7 @@ verify_once(PgjqVerifyRow **rows)
 	bool		ready;
 
 	*rows = palloc(sizeof(PgjqVerifyRow) * max);
-	scan_tables(&sc);
+	scan_tables(&sc, true);
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(int64);
 	ctl.entrysize = sizeof(VerifyMem);
@@ -2676,7 +3036,7 @@ tables_known(void)
  * rebuild would).  False when the ring holds no body of the job.
  */
 static bool
-standby_job(int64 id, char *state, TimestampTz *lease, BodyRow *b)
+standby_job(int64 id, char *state, TimestampTz *lease, char **worker, BodyRow *b)
 {
 	int			slot;
 	ItemPointerData tid;
@@ -2684,10 +3044,11 @@ standby_job(int64 id, char *state, TimestampTz *lease, BodyRow *b)
 	int64		maxtok = 0;
 	bool		closed = false;
 
-	if (!tables_known() || !body_by_id(id, b, &slot, &tid))
+	if (!tables_known() || !body_by_id(id, b, &slot, &tid, false))
 		return false;
 	*lease = 0;
-	snap = RegisterSnapshot(GetLatestSnapshot());
+	*worker = NULL;
+	snap = RegisterSnapshot(read_snapshot(false));
 	for (int s = 0; s < RING_NSLOTS; s++)
 	{
 		Relation	rel = table_open(log_oid[s], AccessShareLock);
@@ -2698,7 +3059,7 @@ standby_job(int64 id, char *state, TimestampTz *lease, BodyRow *b)
 		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
 		{
 			bool		isnull;
-			ArrayType  *arr = DatumGetArrayTypeP(heap_getattr(tup, 4, desc, &isnull));
+			ArrayType  *arr = DatumGetArrayTypeP(heap_getattr(tup, L_IDS, desc, &isnull));
 			int			n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 			int64	   *ids = (int64 *) ARR_DATA_PTR(arr);
 			int64		token;
@@ -2708,8 +3069,8 @@ standby_job(int64 id, char *state, TimestampTz *lease, BodyRow *b)
 			{
 				if (ids[i] != id)
 					continue;
-				token = DatumGetInt64(heap_getattr(tup, 1, desc, &isnull));
-				kind = DatumGetChar(heap_getattr(tup, 3, desc, &isnull));
+				token = DatumGetInt64(heap_getattr(tup, L_TOKEN, desc, &isnull));
+				kind = DatumGetChar(heap_getattr(tup, L_KIND, desc, &isnull));
 				if (kind == 'r')
 					break;		/* a relocated copy, not a claim */
 				if (token > maxtok)
@@ -2717,11 +3078,19 @@ standby_job(int64 id, char *state, TimestampTz *lease, BodyRow *b)
 					maxtok = token;
 					closed = false;
 					*lease = 0;
+					*worker = NULL;
 				}
 				if (token == maxtok && kind != 'c')
 					closed = true;
 				if (token == maxtok && kind == 'c')
-					*lease = DatumGetTimestampTz(heap_getattr(tup, 2, desc, &isnull));
+				{
+					bool		wnull;
+					Datum		w = heap_getattr(tup, L_WORKER, desc, &wnull);
+
+					*lease = DatumGetTimestampTz(heap_getattr(tup, L_AT, desc, &isnull));
+					if (!wnull)
+						*worker = TextDatumGetCString(w);
+				}
 				break;
 			}
 		}
@@ -2772,7 +3141,7 @@ standby_scan(void)
 	tmp = AllocSetContextCreate(CurrentMemoryContext, "pgjq ring standby scan",
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(tmp);
-	scan_tables(&sc);
+	scan_tables(&sc, false);
 	hash_seq_init(&hs, sc.bodies);
 	while ((b = hash_seq_search(&hs)) != NULL)
 	{

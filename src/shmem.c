@@ -118,6 +118,25 @@ startup_shmem(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+PG_FUNCTION_INFO_V1(pgjq_require_preload);
+
+/*
+ * pgjq._require_preload(), called by the extension's install and upgrade
+ * scripts: every queue's jobs live in shared memory as well as in tables
+ * (the ring engine), so without the preload CREATE EXTENSION says so at
+ * once rather than at the first enqueue.
+ */
+Datum
+pgjq_require_preload(PG_FUNCTION_ARGS)
+{
+	if (pgjq_state == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pgjq must be loaded through shared_preload_libraries"),
+				 errhint("Add pgjq to shared_preload_libraries in postgresql.conf, restart the server, then run the command again.")));
+	PG_RETURN_VOID();
+}
+
 /* Called from _PG_init while shared_preload_libraries is processed. */
 void
 pgjq_shmem_init(void)

@@ -17,7 +17,7 @@
 
 #include "executor/spi.h"
 
-#define PGJQ_PLAN_MAX_ARGS 12
+#define PGJQ_PLAN_MAX_ARGS 16
 
 typedef struct PgjqPlan
 {

@@ -163,6 +163,7 @@ extern void pgjq_storage_end(void);
 extern void pgjq_storage_queue_lock(const char *name, LOCKMODE mode);
 extern bool pgjq_storage_queue_get(const char *name, PgjqQueue *queue);
 extern void pgjq_storage_queue_get_or_error(const char *name, PgjqQueue *queue);
+extern bool pgjq_storage_queue_has_engine(void);
 extern bool pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s);
 extern void pgjq_storage_queue_update(int32 queue_id, const PgjqQueueSettings *s);
 extern void pgjq_storage_queue_set_paused(int32 queue_id, bool paused);

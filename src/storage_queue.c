@@ -70,6 +70,12 @@ queue_has_engine(void)
 	return get_attnum(pgjq_relation("queue"), "engine") != InvalidAttrNumber;
 }
 
+bool
+pgjq_storage_queue_has_engine(void)
+{
+	return queue_has_engine();
+}
+
 static PgjqPlan plan_insert = {
 	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention,"
 	"                        concurrency, key_concurrency, rate, burst, engine)"

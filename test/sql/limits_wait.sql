@@ -116,7 +116,9 @@ $$;
 -- ====================================================== queue concurrency
 
 SELECT pgjq.create_queue('lim_c', concurrency => 2, backoff_base => '1 hour');
-SELECT count(*) FROM pgjq.enqueue_many('lim_c', array_fill('{}'::jsonb, ARRAY[40]));
+CREATE TEMP TABLE lim_c_ids AS
+SELECT id FROM pgjq.enqueue_many('lim_c', array_fill('{}'::jsonb, ARRAY[40])) id;
+SELECT count(*) FROM lim_c_ids;
 SELECT regress.lim('lim_c');
 -- a claim never takes more than the limit; the cut counts in held_back
 WITH c AS (INSERT INTO held SELECT id, token FROM pgjq.claim('lim_c', 5) RETURNING 1)
@@ -198,8 +200,7 @@ WITH c AS (INSERT INTO held SELECT id, token FROM pgjq.claim('lim_c', 5) RETURNI
 SELECT count(*) AS claimed FROM c;
 SELECT regress.lim('lim_c');
 -- cancel of a ready job frees nothing (it held no slot)
-SELECT pgjq.cancel(min(id)) FROM pgjq.job j WHERE j.state = 'r'
-   AND j.queue_id = (SELECT queue_id FROM pgjq.queue WHERE name = 'lim_c');
+SELECT pgjq.cancel(min(i.id)) FROM lim_c_ids i, pgjq.job(i.id) j WHERE j.state = 'ready';
 SELECT count(*) AS claimed FROM pgjq.claim('lim_c', 5);
 SELECT regress.lim('lim_c');
 
@@ -322,9 +323,10 @@ SELECT pgjq.drop_queue('lim_e');
 -- ======================================================== key concurrency
 
 SELECT pgjq.create_queue('lim_k', key_concurrency => 1, backoff_base => '1 hour');
-SELECT count(*) FROM pgjq.enqueue_many('lim_k',
+CREATE TEMP TABLE lim_k_ids AS SELECT id FROM pgjq.enqueue_many('lim_k',
 	ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}', '{"n": 4}', '{"n": 5}', '{"n": 6}', '{"n": 7}']::jsonb[],
-	fair_keys => ARRAY['a', 'a', 'a', 'b', 'b', 'c', NULL]);
+	fair_keys => ARRAY['a', 'a', 'a', 'b', 'b', 'c', NULL]) id;
+SELECT count(*) FROM lim_k_ids;
 -- a batch of 3: one job of each of three keys
 BEGIN;
 SELECT count(*) AS claimed, count(DISTINCT coalesce(fair_key, '(null)')) AS keys FROM pgjq.claim('lim_k', 3);
@@ -336,9 +338,9 @@ CREATE TEMP TABLE kc AS SELECT * FROM pgjq.claim('lim_k', 10);
 SELECT fair_key, payload, attempt FROM kc ORDER BY payload->>'n';
 -- the jobs held back are untouched: still ready, attempt 0, and not locked
 -- by the claiming transaction
-SELECT (pgjq.job(j.id)).state, (pgjq.job(j.id)).attempt, j.payload
-  FROM pgjq.job j
- WHERE j.queue_id = (SELECT queue_id FROM pgjq.queue WHERE name = 'lim_k') AND j.state = 'r'
+SELECT j.state, j.attempt, j.payload
+  FROM lim_k_ids i, pgjq.job(i.id) j
+ WHERE j.state = 'ready'
  ORDER BY j.payload->>'n';
 SELECT regress.lim_ready_locked('lim_k') AS ready_rows_locked;
 COMMIT;

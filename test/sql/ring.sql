@@ -6,8 +6,14 @@
 --
 \set VERBOSITY terse
 
--- the engine is a superuser setting, 'table' by default
+-- the engine is a superuser setting, 'ring' by default ('table' is the
+-- first engine, kept as the reference while the ring takes over)
 SHOW pgjq.engine;
+-- the earlier test files' queues are on the ring too: what this file counts
+-- in the ring's tables is what it wrote after this token
+SELECT coalesce(max(token), 0) AS tok0
+  FROM (SELECT token FROM pgjq.ring_log_0 UNION ALL SELECT token FROM pgjq.ring_log_1
+        UNION ALL SELECT token FROM pgjq.ring_log_2 UNION ALL SELECT token FROM pgjq.ring_log_3) l \gset
 SET pgjq.engine = 'disk';
 \echo :SQLSTATE
 SET pgjq.engine = 'ring';
@@ -37,18 +43,23 @@ BEGIN;
 SELECT pgjq.complete(id, token) AS completed FROM klim WHERE fair_key = 'b' ORDER BY id LIMIT 1;
 ROLLBACK;
 SELECT count(*) AS claimed_at_limit FROM pgjq.claim('rq_limited', 10);
--- a failed attempt goes to pgjq.job, due at once (backoff 0); it takes its
--- key's free place, and counts for its key while it runs from there
+-- a failed attempt goes to pgjq.job, due at once (backoff 0); promoted, it
+-- is back in the ring as the job's next version (attempt 2, its last error
+-- kept), behind its key's ready job: that one takes the key's free place
+SELECT id AS retried FROM klim WHERE fair_key = 'b' ORDER BY id LIMIT 1 \gset
 SELECT pgjq.fail(id, token, 'boom') AS failed FROM klim WHERE fair_key = 'b' ORDER BY id LIMIT 1;
 DELETE FROM klim WHERE id = (SELECT min(id) FROM klim WHERE fair_key = 'b');
 SELECT pgjq.promote() AS promoted;
+SELECT count(*) AS table_rows FROM pgjq.job WHERE id = :retried;
+SELECT state, attempt, last_error FROM pgjq.job(:retried);
 INSERT INTO klim SELECT id, token, fair_key FROM pgjq.claim('rq_limited', 10);
 SELECT k.fair_key, j.attempt FROM klim k, pgjq.job(k.id) j ORDER BY 1, 2;
 SELECT count(*) AS claimed_at_limit FROM pgjq.claim('rq_limited', 10);
 -- the counters agree with both stores, per key
 SELECT * FROM pgjq.verify();
 SELECT count(*) AS completed FROM klim, pgjq.complete(klim.id, klim.token) ok WHERE ok;
-SELECT fair_key, count(*) FROM pgjq.claim('rq_limited', 10) GROUP BY 1 ORDER BY 1;
+SELECT fair_key, count(*), count(*) FILTER (WHERE id = :retried AND attempt = 2) AS the_retry
+  FROM pgjq.claim('rq_limited', 10) GROUP BY 1 ORDER BY 1;
 SELECT * FROM pgjq.verify();
 SELECT pgjq.drop_queue('rq_limited', force => true);
 -- a key limit added to a ring queue with running jobs counts them
@@ -95,14 +106,14 @@ SELECT array_agg(id ORDER BY id) AS many
   FROM pgjq.enqueue_many('rq', ARRAY['{"n": 2}', '{"n": 3}', '{"n": 4}']::jsonb[],
                          fair_keys => ARRAY['a', 'b', 'a']) AS id \gset
 SELECT pgjq.enqueue('rq', '{"n": 5}', priority => -1) AS urgent \gset
-SELECT count(*) AS table_rows FROM pgjq.job;
-SELECT count(*) AS bodies FROM pgjq.ring_body_0;
+SELECT count(*) AS table_rows FROM pgjq.job WHERE queue_id = (SELECT queue_id FROM pgjq.queue WHERE name = 'rq');
+SELECT count(*) AS bodies FROM pgjq.ring_body_0 WHERE queue_id = (SELECT queue_id FROM pgjq.queue WHERE name = 'rq');
 SELECT regress.counts('rq');
 SELECT state, attempt, max_attempts, payload FROM pgjq.job(:j1);
 
 -- the most urgent priority first, then one job per fair key per turn
 CREATE TEMP TABLE held AS
-SELECT c.*, o AS ord FROM pgjq.claim('rq', 3) WITH ORDINALITY AS c(id, token, attempt, payload, fair_key, priority, enqueued_at, lease_until, o);
+SELECT c.*, o AS ord FROM pgjq.claim('rq', 3, worker => 'w-first') WITH ORDINALITY AS c(id, token, attempt, payload, fair_key, priority, enqueued_at, lease_until, o);
 SELECT ord, payload->>'n' AS n, fair_key, priority, attempt FROM held ORDER BY ord;
 INSERT INTO held
 SELECT c.*, 3 + o FROM pgjq.claim('rq', 5) WITH ORDINALITY AS c(id, token, attempt, payload, fair_key, priority, enqueued_at, lease_until, o);
@@ -112,9 +123,15 @@ SELECT count(*) AS nothing_left FROM pgjq.claim('rq', 5);
 SELECT regress.counts('rq');
 SELECT id AS last, token AS tok FROM held WHERE ord = 5 \gset
 SELECT state, lease_until > now() AS leased FROM pgjq.job(:last);
+-- a REPEATABLE READ transaction reads them from the ring's tables, as of its
+-- snapshot (ring_snapshot.spec): the same answers, worker or none
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT h.ord, j.state, j.worker, j.lease_until = h.lease_until AS same_lease
+  FROM held h, pgjq.job(h.id) j WHERE h.ord IN (1, 5) ORDER BY h.ord;
+COMMIT;
 
 -- each claim call wrote one log row with its token, lease and ids
-SELECT kind, cardinality(ids) AS jobs FROM pgjq.ring_log_0 ORDER BY token;
+SELECT kind, cardinality(ids) AS jobs FROM pgjq.ring_log_0 WHERE token > :tok0 ORDER BY token;
 
 ---------------------------------------------------------------- complete
 SELECT pgjq.complete(:last, :tok) AS completed;
@@ -140,11 +157,12 @@ SELECT id AS h4, token AS t4 FROM held WHERE ord = 4 \gset
 SELECT pgjq.fail(:h2, :t2, 'boom') AS fail;
 SELECT state, attempt, last_error FROM pgjq.job(:h2);
 SELECT pgjq.fail(:h2, :t2, 'again') AS stale_fail;
--- heartbeat: moved too, with its token and a longer lease
+-- heartbeat: moved too, with its token, its worker and a longer lease
+SELECT worker AS worker_before_move FROM pgjq.job(:h3);
 SELECT pgjq.heartbeat(:h3, :t3, '1 hour')
        > now() + interval '59 minutes' AS extended;
 SELECT pgjq.heartbeat(:h3, :t3 + 1000) IS NULL AS stale_heartbeat;
-SELECT state, lease_until > now() + interval '59 minutes' AS extended FROM pgjq.job(:h3);
+SELECT state, lease_until > now() + interval '59 minutes' AS extended, worker FROM pgjq.job(:h3);
 SELECT pgjq.complete(:h3, :t3) AS completed_after_move;
 -- snooze: scheduled in pgjq.job, the attempt given back
 SELECT pgjq.snooze(:h4, :t4, '1 hour') AS snoozed;
@@ -271,7 +289,20 @@ RESET pgjq.ring_slot_rows;
 SELECT count(*) FILTER (WHERE pg_relation_size(c.oid) = 0) >= 3 AS slots_truncated
   FROM pg_class c
  WHERE c.relnamespace = 'pgjq'::regnamespace AND c.relname LIKE 'ring\_body\__';
-SELECT n_dead_tup = 0 AS no_dead_tuples FROM pg_stat_user_tables WHERE relname = 'ring_body_0';
+-- the hot path never updates or deletes a row of the ring's tables (their
+-- dead tuples come only from rolled-back inserts, here and in earlier files)
+CREATE FUNCTION regress.ring_changed(OUT changed bigint, OUT inserted bigint) LANGUAGE sql AS $$
+	SELECT sum(n_tup_upd + n_tup_del)::bigint, sum(n_tup_ins)::bigint FROM pg_stat_user_tables
+	 WHERE schemaname = 'pgjq' AND relname ~ '^ring_(body|log)_\d$'
+$$;
+SELECT pg_stat_force_next_flush();
+SELECT changed AS changed0, inserted AS inserted0 FROM regress.ring_changed() \gset
+SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{}'::jsonb, ARRAY[50]));
+SELECT count(*) AS completed FROM pgjq.claim('rq', 50) c, pgjq.complete(c.id, c.token) ok WHERE ok;
+SELECT pg_stat_force_next_flush();
+SELECT pg_stat_clear_snapshot();
+SELECT changed - :changed0 AS rows_updated_or_deleted, inserted - :inserted0 >= 52 AS rows_inserted
+  FROM regress.ring_changed();
 -- shared memory agrees with the ring's tables
 SELECT * FROM pgjq.verify();
 -- and verify() says so when they do not: a forged log row that closes a
@@ -308,7 +339,7 @@ SELECT pg_temp.slots_with_bodies();
 -- for a day
 SELECT pgjq.enqueue('rq_slow', '{"n": "slow"}') AS slow \gset
 SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{"n": "round 1"}'::jsonb, ARRAY[7]));
-SELECT id AS long, token AS long_tok FROM pgjq.claim('rq', 1, lease => '1 day') \gset
+SELECT id AS long, token AS long_tok FROM pgjq.claim('rq', 1, lease => '1 day', worker => 'w-long') \gset
 SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
 SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{}'::jsonb, ARRAY[4]));
 SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
@@ -340,9 +371,10 @@ SELECT pgjq._ring_reclaim() AS nothing_left;
 SELECT pg_temp.slots_with_bodies();
 RESET pgjq.ring_slot_rows;
 SELECT * FROM pgjq.verify();
--- both kept their state: the running one its token and lease, the ready one
--- its place
-SELECT state, attempt, lease_until > now() + '23 hours' AS long_lease FROM pgjq.job(:long);
+-- both kept their state: the running one its token, lease and worker (read
+-- from the claim row the relocation wrote again: the first one went with its
+-- slot), the ready one its place
+SELECT state, attempt, lease_until > now() + '23 hours' AS long_lease, worker FROM pgjq.job(:long);
 SELECT state FROM pgjq.job(:slow);
 SELECT pgjq.heartbeat(:long, :long_tok + 1) AS stale_heartbeat;
 SELECT pgjq.complete(:long, :long_tok) AS completed;

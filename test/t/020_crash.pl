@@ -40,7 +40,9 @@ my $postmaster_kills = 20;
 # 021_crash_ring.pl runs this file with every queue on the ring engine,
 # with slots of 100 jobs: the ring wraps many times under the load, so
 # truncations and the worker's relocation of stragglers (the held jobs, with
-# their 10-minute leases) happen between the kills too
+# their 10-minute leases) happen between the kills too.  Run by itself this
+# file is the table engine's crash test: pgjq.engine = 'table' is written
+# into the node's configuration explicitly (the ring is the default).
 my $engine = $ENV{PGJQ_CRASH_ENGINE} // 'table';
 my $ring_conf = $engine eq 'ring' ? 'pgjq.ring_slot_rows = 100' : '';
 note("engine: $engine");

@@ -30,11 +30,15 @@ use PgjqTest;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
+# This file is about the table engine on a standby (032_standby_ring.pl is its
+# ring twin): its queues are table queues, chosen explicitly now that the
+# ring is the default; the standby takes the setting with the base backup.
 $primary->append_conf(
 	'postgresql.conf', qq{
 shared_preload_libraries = 'pgjq'
 pgjq.database_names = 'postgres'
 pgjq.max_sleep = '1s'
+pgjq.engine = 'table'
 });
 $primary->start;
 

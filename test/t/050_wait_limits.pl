@@ -16,9 +16,12 @@
 #   unlike a waiting claim;
 # - the limit counters are rebuilt from the tables after a crash restart:
 #   jobs claimed before the crash still count;
-# - without shared_preload_libraries the features that need shared memory
-#   raise object_not_in_prerequisite_state (55000) with a hint, and pgjq
-#   calls may be prepared (PREPARE TRANSACTION), as no state follows them.
+# - without shared_preload_libraries CREATE EXTENSION fails (55000, with a
+#   hint); on an extension created with the preload, after a restart
+#   without it, the features that need shared memory (limits, waits, every
+#   call on a ring queue) raise object_not_in_prerequisite_state (55000)
+#   with a hint, and calls on a table-engine queue may be prepared
+#   (PREPARE TRANSACTION), as no state follows them.
 #
 # Timing: waiting claims are started in background psql sessions, and a wake
 # up is only tried once pg_stat_activity shows the claim sleeping (wait_event
@@ -181,12 +184,12 @@ sub settle { usleep(1_500_000); }
 {
 	my $w = start_waiting(claim_sql("'q'", "$long_wait s"),
 		name => 'promotion');
-	$node->safe_psql('postgres',
+	my $did = $node->safe_psql('postgres',
 		"SELECT pgjq.enqueue('q', '{\"q\": \"q\", \"n\": 5}', delay => '1 second')");
 	settle();
 	ok(still_waiting($w), 'the commit of a delayed job does not end the wait');
 	$node->poll_query_until('postgres',
-		"SELECT count(*) > 0 FROM pgjq.job WHERE state = 's' AND run_at <= clock_timestamp()"
+		"SELECT state = 'scheduled' AND run_at <= clock_timestamp() FROM pgjq.job($did)"
 	);
 	my $t0 = time();
 	is($node->safe_psql('postgres', 'SELECT pgjq.promote()'),
@@ -422,10 +425,47 @@ SELECT count(*) FROM pgjq.enqueue_many('klim', array_fill('{}'::jsonb, ARRAY[4])
 
 # ================================================ without the preload
 
+# The ring engine, every queue's default, keeps its claimable jobs in shared
+# memory: CREATE EXTENSION refuses a server without the preload.  What needs
+# shared memory is then checked on the extension created above, with the
+# preload, after a restart without it.  Two table-engine queues (pgjq.engine
+# = 'table', the reference engine a superuser can still choose) are made
+# before the restart: the table engine needs no shared memory for a plain
+# claim, so on them the calls that do not need it are checked to still work.
 {
+	$node->safe_psql(
+		'postgres', q{
+SET pgjq.engine = 'table';
+SELECT pgjq.create_queue('qt');
+SELECT pgjq.create_queue('limt', concurrency => 1);
+SELECT count(*) FROM pgjq.enqueue_many('limt', array_fill('{}'::jsonb, ARRAY[2]));
+});
+	# ring jobs: five running (claimed with the preload), one ready
+	my (@rid, @rtok);
+	for (split /\n/, $node->safe_psql('postgres',
+		"SELECT count(*) FROM pgjq.enqueue_many('q', array_fill('{}'::jsonb, ARRAY[5]));"
+		  . " SELECT id || ',' || token FROM pgjq.claim('q', 5, lease => '1 hour') ORDER BY id"))
+	{
+		next unless /,/;
+		my ($i, $t) = split /,/;
+		push @rid, $i;
+		push @rtok, $t;
+	}
+	is(scalar(@rid), 5, 'five ring jobs are running when the preload is taken away');
+	my $ready_ring = $node->safe_psql('postgres', "SELECT pgjq.enqueue('q')");
 	$node->append_conf('postgresql.conf',
 		"shared_preload_libraries = ''\nmax_prepared_transactions = 2");
 	$node->restart;
+
+	$node->safe_psql('postgres', 'CREATE DATABASE np');
+	my ($ret, $out, $err) = $node->psql('np', 'CREATE EXTENSION pgjq',
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	isnt($ret, 0, 'without shared_preload_libraries CREATE EXTENSION pgjq fails');
+	like($err, qr/ERROR:\s+55000:/, '... with object_not_in_prerequisite_state (55000)');
+	like($err, qr/HINT:.*shared_preload_libraries/,
+		'... and a hint naming shared_preload_libraries');
+	is($node->safe_psql('np', "SELECT count(*) FROM pg_extension WHERE extname = 'pgjq'"),
+		'0', '... and leaves no extension behind');
 
 	my @cases = (
 		[ "SELECT pgjq.create_queue('np', concurrency => 1)", 'create_queue with a limit' ],
@@ -434,33 +474,50 @@ SELECT count(*) FROM pgjq.enqueue_many('klim', array_fill('{}'::jsonb, ARRAY[4])
 		[ "SELECT * FROM pgjq.claim(ARRAY['q'], wait => '1 s')", 'claim(queues[]) with wait' ],
 		[ "CALL pgjq.await(ARRAY['q'], '1 s')", 'await()' ],
 		[ "SELECT * FROM pgjq.claim('lim')", 'claim from a queue with a limit' ],
+		[ "SELECT pgjq.enqueue('q')", 'enqueue into a ring queue' ],
+		[ "SELECT * FROM pgjq.claim('q')", 'claim from a ring queue' ],
+		[ "SELECT pgjq.cancel($ready_ring)", 'cancel of a ready ring job' ],
+		# the outcomes of ring jobs running since before the restart (their
+		# in-flight entries are in shared memory; job(id) shows them running)
+		[ "SELECT pgjq.complete($rid[0], $rtok[0])", 'complete of a running ring job' ],
+		[ "SELECT pgjq.heartbeat($rid[1], $rtok[1])", 'heartbeat of a running ring job' ],
+		[ "SELECT pgjq.fail($rid[2], $rtok[2], 'boom')", 'fail of a running ring job' ],
+		[ "SELECT pgjq.snooze($rid[3], $rtok[3], '0 s')", 'snooze of a running ring job' ],
+		[ "SELECT pgjq.cancel($rid[4])", 'cancel of a running ring job' ],
 	);
 	for my $c (@cases)
 	{
-		my ($ret, $out, $err) = $node->psql('postgres', $c->[0],
+		($ret, $out, $err) = $node->psql('postgres', $c->[0],
 			extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 		like($err, qr/55000/,
-			"without shared_preload_libraries: $c->[1] raises 55000");
+			"without shared_preload_libraries: $c->[1] raises 55000")
+		  or diag "$c->[0] returned '$out'";
 		like($err, qr/HINT:.*shared_preload_libraries/,
 			"... with a hint naming shared_preload_libraries");
 	}
-	my ($ret, $out, $err) = $node->psql('postgres',
-		"SELECT pgjq.enqueue('q') > 0; SELECT count(*) FROM pgjq.claim('q')");
-	is($out, "t\n1", 'a plain claim works without the preload') or diag $err;
+	is( $node->safe_psql('postgres',
+			"SELECT string_agg(j.state, ',' ORDER BY i.id) FROM unnest(ARRAY["
+			  . join(',', @rid, $ready_ring) . "]::bigint[]) i(id), LATERAL pgjq.job(i.id) j"),
+		'running,running,running,running,running,ready',
+		'... and the ring jobs are as they were: five running, one ready');
+	($ret, $out, $err) = $node->psql('postgres',
+		"SELECT pgjq.enqueue('qt') > 0; SELECT count(*) FROM pgjq.claim('qt')");
+	is($out, "t\n1", 'a plain claim of a table queue works without the preload') or diag $err;
 	($ret, $out, $err) = $node->psql('postgres',
 		"SELECT count(*) FILTER (WHERE held_back IS NULL) = count(*) FROM pgjq.queue_stats");
 	is($out, 't', 'queue_stats.held_back is NULL without the preload') or diag $err;
 	# removing a limit (0) needs no shared memory, and then claims work
 	($ret, $out, $err) = $node->psql('postgres',
-		"SELECT pgjq.alter_queue('lim', concurrency => 0); SELECT count(*) FROM pgjq.claim('lim', 10)");
-	is($out, "\n2", 'a limit is removed without the preload, and the queue is claimable again')
+		"SELECT pgjq.alter_queue('lim', concurrency => 0); SELECT pgjq.alter_queue('limt', concurrency => 0);"
+		  . " SELECT count(*) FROM pgjq.claim('limt', 10)");
+	is($out, "\n\n2", 'a limit is removed without the preload, and the (table) queue is claimable again')
 	  or diag $err;
 	# no shared state follows the commit: a prepared enqueue and claim are fine
 	($ret, $out, $err) = $node->psql('postgres',
-		"BEGIN; SELECT pgjq.enqueue('q') > 0; PREPARE TRANSACTION 'np1'; COMMIT PREPARED 'np1';"
-		  . " BEGIN; SELECT count(*) FROM pgjq.claim('q'); PREPARE TRANSACTION 'np2';"
-		  . " ROLLBACK PREPARED 'np2'; SELECT count(*) FROM pgjq.claim('q')");
-	is($out, "t\n1\n1", 'without the preload an enqueue and a claim can be prepared')
+		"BEGIN; SELECT pgjq.enqueue('qt') > 0; PREPARE TRANSACTION 'np1'; COMMIT PREPARED 'np1';"
+		  . " BEGIN; SELECT count(*) FROM pgjq.claim('qt'); PREPARE TRANSACTION 'np2';"
+		  . " ROLLBACK PREPARED 'np2'; SELECT count(*) FROM pgjq.claim('qt')");
+	is($out, "t\n1\n1", 'without the preload an enqueue and a claim of a table queue can be prepared')
 	  or diag $err;
 }
 

@@ -9,7 +9,9 @@
 #   that then claim at once in open transactions;
 # - pgjq.max_databases: databases are created and dropped in turn, many more
 #   than there are slots; with every slot taken by a live database, a further
-#   database still serves its queues without limits, refuses limited queues
+#   database refuses ring queues' enqueues with configuration_limit_exceeded
+#   (53400) and a hint (the ring keeps its state per database in those
+#   slots), serves table-engine queues without limits, refuses limited ones
 #   with insufficient_resources (53000) and a hint, and gets a slot once a
 #   database is dropped;
 # - pgjq.max_tracked_keys is a hard cap: queues without a key limit track no
@@ -97,7 +99,7 @@ SELECT count(*) FROM pgjq.enqueue_many('klim', array_fill('{}'::jsonb, ARRAY[20]
 	is(sum(@$got), 1, '8 claimers at once get exactly the one free slot');
 	end_all($s);
 	is( $node->safe_psql('postgres',
-			"SELECT count(*) FROM pgjq.job j JOIN pgjq.queue q USING (queue_id) WHERE q.name = 'lim' AND j.state = 'a'"),
+			"SELECT running FROM pgjq.queue_stats WHERE queue = 'lim'"),
 		'2', 'concurrency 2 holds: 2 jobs run');
 }
 
@@ -116,7 +118,7 @@ SELECT count(*) FROM pgjq.enqueue_many('klim', array_fill('{}'::jsonb, ARRAY[20]
 	is(sum(@$got), 1, '8 claimers at once get exactly the one free slot of the key');
 	end_all($s);
 	is( $node->safe_psql('postgres',
-			"SELECT count(*) FROM pgjq.job j JOIN pgjq.queue q USING (queue_id) WHERE q.name = 'klim' AND j.state = 'a'"),
+			"SELECT running FROM pgjq.queue_stats WHERE queue = 'klim'"),
 		'2', 'key_concurrency 2 holds: 2 jobs of the key run');
 }
 
@@ -154,22 +156,45 @@ for my $i (1 .. 3)
 		"live database $i of 3 uses a limited queue");
 }
 {
+	# The ring, every queue's default engine, keeps a record per database in
+	# the same pgjq.max_databases records; the checks below are those of the
+	# limits on the default engine, then the same on table-engine queues
+	# (pgjq.engine = 'table'), which need a record only for their limits.
 	my ($ret, $out, $err) = $node->psql('live4', $use_limits,
 		extra_params => [ '-v', 'VERBOSITY=verbose', '-v', 'ON_ERROR_STOP=1' ]);
-	like($err, qr/53000/, 'a 4th live database: a limited queue raises 53000');
+	like($err, qr/53400.*serves at most 3 databases/,
+		'a 4th live database: a ring queue\'s enqueue raises 53400');
+	like($err, qr/HINT:.*pgjq\.max_databases/, '... with a hint naming pgjq.max_databases');
+	($ret, $out, $err) = $node->psql(
+		'live4', q{
+SELECT pgjq.create_queue('free');
+SELECT pgjq.enqueue('free', '{}') > 0;
+}, extra_params => [ '-v', 'VERBOSITY=verbose', '-v', 'ON_ERROR_STOP=1' ]);
+	like($err, qr/53400/, '... so does one without limits (no slot for its ring state)');
+
+	($ret, $out, $err) = $node->psql('live4',
+		"SET pgjq.engine = 'table';" . ($use_limits =~ s/'lq'/'lqt'/gr),
+		extra_params => [ '-v', 'VERBOSITY=verbose', '-v', 'ON_ERROR_STOP=1' ]);
+	like($err, qr/53000/, 'a 4th live database: a limited table-engine queue raises 53000');
 	like($err, qr/HINT:.*pgjq\.max_databases/, '... with a hint naming pgjq.max_databases');
 	is( $node->safe_psql(
 			'live4', q{
-SELECT pgjq.create_queue('free');
-SELECT pgjq.enqueue('free', '{}') > 0;
-SELECT string_agg(pgjq.complete(id, token)::text, ',') FROM pgjq.claim('free', 5);
+SET pgjq.engine = 'table';
+SELECT pgjq.create_queue('freet');
+SELECT pgjq.enqueue('freet', '{}') > 0;
+SELECT string_agg(pgjq.complete(id, token)::text, ',') FROM pgjq.claim('freet', 5);
 }),
 		"\nt\ntrue",
-		'... while a queue without limits works there');
+		'... while a table-engine queue without limits works there');
 }
 $node->safe_psql('postgres', 'DROP DATABASE live1');
-is($node->safe_psql('live4', 'SELECT count(*) FROM pgjq.claim(\'lq\', 5)'),
-	'1', 'once a database is dropped, its slot serves the 4th database');
+is($node->safe_psql('live4', 'SELECT count(*) FROM pgjq.claim(\'lqt\', 5)'),
+	'1', 'once a database is dropped, its slot serves the 4th database (table engine)');
+# the ring's queue lq got no job while there was no slot: enqueue them now
+is( $node->safe_psql('live4',
+		"SELECT count(*) FROM pgjq.enqueue_many('lq', array_fill('{}'::jsonb, ARRAY[2]));"
+		  . " SELECT count(*) FROM pgjq.claim('lq', 5)"),
+	"2\n1", '... and the default engine\'s limited queue there');
 for my $i (2 .. 4)
 {
 	$node->safe_psql('postgres', "DROP DATABASE live$i");

@@ -5,7 +5,9 @@
 #
 # 1. ALTER EXTENSION pgjq UPDATE from 0.1.0 (its script is kept in sql/) on a
 #    database holding ready, scheduled, running, dead, cancelled and
-#    completed jobs: each keeps its state, running jobs complete with their
+#    completed jobs (in table queues: a 0.1.0 schema has no other engine,
+#    whatever pgjq.engine says; the update makes them ring queues, their jobs
+#    staying in pgjq.job): each keeps its state, running jobs complete with their
 #    tokens, the scheduled one is promoted on time by the background worker,
 #    dead ones can be redriven, dedup keys still hold.  The updated schema is
 #    then compared, object by object, with a new installation of the current
@@ -170,6 +172,10 @@ sql('upg', 'ALTER EXTENSION pgjq UPDATE');
 is(sql('upg', "SELECT extversion FROM pg_extension WHERE extname = 'pgjq'"),
 	$control_version, "updated to $control_version");
 check_states('upg', $j, 'after the update');
+# 0.2.0's default engine is the ring, and the update makes every queue a
+# ring queue (its jobs stay in pgjq.job and are served from there)
+is(sql('upg', "SELECT string_agg(name || '=' || engine::text, ',' ORDER BY name) FROM pgjq.queue"),
+	'limited=r,mortal=r,sleepy=r,u=r', 'after the update: every queue is a ring queue');
 is(sql('upg', $partition_index_query), 't', 'after the update: every history partition has its indexes');
 
 is(sql('upg', "SELECT pgjq.enqueue('u', dedup_key => 'once')"), $j->{ready},

@@ -10,9 +10,10 @@
 #    login role that is only a member of pg_monitor; its HTTP endpoint shows
 #    pgjq's series with those values, and promtool accepts its output.
 # 3. promtool check metrics accepts pgjq.metrics_prometheus().
-# 4. Without shared_preload_libraries the gauges still work, the counters
-#    are absent and pgjq_counters_available is 0, in metrics() and through
-#    the exporter.
+# 4. Without shared_preload_libraries (on an extension created with it, as
+#    CREATE EXTENSION needs it) the gauges still work, the counters are
+#    absent and pgjq_counters_available is 0, in metrics() and through the
+#    exporter.
 # 5. With pgjq.max_metrics_queues smaller than the queues, counts overflow
 #    into pgjq_metrics_overflow_total and no queue shows a false zero.
 
@@ -240,8 +241,13 @@ ok($ok, 'promtool check metrics accepts metrics_prometheus()') or diag("$out$err
 
 # ---------------------------------------------------- without preload
 
+# CREATE EXTENSION needs the preload (the ring engine, every queue's
+# default, keeps its jobs in shared memory), as does an enqueue into a ring
+# queue: the extension, the queue and its jobs are made with the preload,
+# then the server is restarted without it.
 my $plain = PostgreSQL::Test::Cluster->new('plain');
 $plain->init;
+$plain->append_conf('postgresql.conf', "shared_preload_libraries = 'pgjq'\npgjq.database_names = ''");
 $plain->start;
 $plain->safe_psql(
 	'postgres', q{
@@ -249,6 +255,8 @@ CREATE EXTENSION pgjq;
 SELECT pgjq.create_queue('q');
 SELECT count(pgjq.enqueue('q')) FROM generate_series(1, 3);
 });
+$plain->append_conf('postgresql.conf', "shared_preload_libraries = ''");
+$plain->restart;
 is( $plain->safe_psql(
 		'postgres', q{
 SELECT string_agg(name || coalesce(labels->>'state', '') || '=' || value, ',' ORDER BY name, labels->>'state')
