@@ -83,6 +83,9 @@ store_jobs(const PgjqQueue *queue, PgjqNewJobs *jobs)
 	for (int i = 0; ring && jobs->dedup_keys != NULL && i < jobs->n; i++)
 		if (!jobs->dedup_key_nulls[i])
 			ring = false;
+	/* a ring whose positions are (nearly) all taken: pgjq.job takes them */
+	if (ring && !pgjq_ring_has_room(jobs->n))
+		ring = false;
 	if (ring)
 		pgjq_ring_enqueue(queue->queue_id, jobs->max_attempts, jobs);
 	else

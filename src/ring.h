@@ -48,6 +48,16 @@ extern void pgjq_ring_startup(void);
 /* ERROR (55000, with a hint) unless the ring's shared memory exists */
 extern void pgjq_ring_require(void);
 
+/*
+ * Whether the ring has positions for n more ready jobs, with headroom
+ * (1/16 of pgjq.ring_positions) for producers that ask at the same time;
+ * when it has not, enqueue stores the jobs in pgjq.job instead (claims find
+ * them there), so a backlog beyond the ring's shared memory is slower, not
+ * refused.  True without the preload (the ring's calls then say what is
+ * missing).
+ */
+extern bool pgjq_ring_has_room(int n);
+
 /* ring_store.c: the engine's operations, between pgjq_storage_begin/end */
 extern void pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs);
 extern int	pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,

@@ -754,6 +754,19 @@ append_and_publish(int32 queue_id, int n, BodyRow *rows)
 	pgjq_wait_note_ready(queue_id, n);
 }
 
+bool
+pgjq_ring_has_room(int n)
+{
+	int64		used;
+
+	if (ring == NULL)
+		return true;
+	LWLockAcquire(ring->lock, LW_SHARED);
+	used = (int64) ring->count + ring->reserved + ring->held;
+	LWLockRelease(ring->lock);
+	return used + n + pgjq_ring_positions / 16 <= pgjq_ring_positions;
+}
+
 void
 pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 {

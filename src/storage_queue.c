@@ -63,17 +63,15 @@ static PgjqPlan plan_insert_010 = {
 	INT4OID, INT4OID, FLOAT8OID, INT4OID}
 };
 
-/* Does pgjq.queue have the engine column (0.2.0)? */
-static bool
-queue_has_engine(void)
-{
-	return get_attnum(pgjq_relation("queue"), "engine") != InvalidAttrNumber;
-}
-
+/*
+ * Does pgjq.queue have the engine column (0.2.0)?  A 0.1.0 schema under
+ * this library (before ALTER EXTENSION UPDATE) does not: its queues are
+ * table queues until the update.
+ */
 bool
 pgjq_storage_queue_has_engine(void)
 {
-	return queue_has_engine();
+	return get_attnum(pgjq_relation("queue"), "engine") != InvalidAttrNumber;
 }
 
 static PgjqPlan plan_insert = {
@@ -225,7 +223,7 @@ pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
 	}
 
 	values[0] = CStringGetTextDatum(name);
-	pgjq_spi_run(queue_has_engine() ? &plan_get : &plan_get_010, values, NULL, 1);
+	pgjq_spi_run(pgjq_storage_queue_has_engine() ? &plan_get : &plan_get_010, values, NULL, 1);
 	if (SPI_processed == 0)
 		return false;
 	queue->queue_id = DatumGetInt32(pgjq_spi_get(0, 1, &isnull));
@@ -295,7 +293,7 @@ pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s)
 	values[0] = CStringGetTextDatum(name);
 	settings_params(s, values, nulls);
 	values[10] = CharGetDatum(s->engine);
-	if (queue_has_engine())
+	if (pgjq_storage_queue_has_engine())
 		pgjq_spi_run(&plan_insert, values, nulls, 0);
 	else if (s->engine == 't')
 		pgjq_spi_run(&plan_insert_010, values, nulls, 0);
