@@ -147,8 +147,9 @@ ALTER TABLE pgjq.queue ADD COLUMN engine "char" NOT NULL DEFAULT 'r' CHECK (engi
  * here instead of in pgjq.job: each body is appended once to the current
  * slot of a ring of four tables and never updated or deleted; claims take
  * positions from shared memory (ring_shmem.c), so a claim never scans.
- * Every claim call writes one ring_log row (kind 'c': token, lease, ids) and
- * every call that ends ring claims one row per token (kind 'd' completed,
+ * Every claim call writes one ring_log row (kind 'c': token, lease, ids),
+ * every heartbeat one (kind 'h': the claim's token, the new lease, its id),
+ * and every call that ends ring claims one row per token (kind 'd' completed,
  * 'm' moved to pgjq.job for an outcome the table engine applies, 'x' taken
  * out by cancel, purge or drop_queue).  A log row goes to the slot that is
  * current when it is written; a slot (body and log together) comes back by
@@ -182,8 +183,8 @@ CREATE INDEX ring_body_2_id ON pgjq.ring_body_2 (id);
 CREATE INDEX ring_body_3_id ON pgjq.ring_body_3 (id);
 CREATE TABLE pgjq.ring_log_0 (
 	token			bigint NOT NULL,
-	at				timestamptz NOT NULL,	/* 'c': lease end; else: when */
-	kind			"char" NOT NULL CHECK (kind IN ('c', 'd', 'm', 'x')),
+	at				timestamptz NOT NULL,	/* 'c', 'h': lease end; else: when */
+	kind			"char" NOT NULL CHECK (kind IN ('c', 'h', 'd', 'm', 'x')),
 	ids				bigint[] NOT NULL,
 	worker			text	/* 'c': claim's worker argument; NULL costs no byte */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);

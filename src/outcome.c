@@ -324,14 +324,20 @@ pgjq_heartbeat(PG_FUNCTION_ARGS)
 
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
-	/* a heartbeated ring job moves to pgjq.job (ring.h) */
-	if (pgjq_ring_move(id, &token) == PGJQ_RING_STALE)
+	/* a ring job in flight: one 'h' log row, nothing moves (ring.h) */
+	switch (pgjq_ring_heartbeat(id, token, extend_us, now, &lease_until))
 	{
-		found = false;
-		lease_until = 0;
+		case PGJQ_RING_EXTENDED:
+			found = true;
+			break;
+		case PGJQ_RING_STALE:
+			found = false;
+			lease_until = 0;
+			break;
+		default:
+			lease_until = pgjq_storage_heartbeat(id, token, extend_us, now, &found);
+			break;
 	}
-	else
-		lease_until = pgjq_storage_heartbeat(id, token, extend_us, now, &found);
 	if (!found)
 	{
 		if (pgjq_storage_finish_if_cancelled(id, token, now))

@@ -9,11 +9,12 @@
  * pgjq.engine was 'ring' (pgjq.queue.engine = 'r').  Its immediate jobs
  * (no run_at in the future, no dedup_key) live in the ring from enqueue to
  * completion.  Everything else about such a queue's jobs (delayed and
- * deduplicated jobs, retries, snoozes, heartbeats, cancellation of a running
- * job, rescue) is the table engine's (pgjq.job): an outcome other than
- * complete first moves the ring job into pgjq.job as a running row with the
- * same token and lease (pgjq_ring_move), in the caller's transaction, and
- * the table engine applies it from there.  Claims of a ring queue take from
+ * deduplicated jobs, retries, snoozes, cancellation of a running job,
+ * rescue) is the table engine's (pgjq.job): an outcome other than complete
+ * and heartbeat first moves the ring job into pgjq.job as a running row with
+ * the same token and lease (pgjq_ring_move), in the caller's transaction,
+ * and the table engine applies it from there.  A heartbeat writes one 'h'
+ * log row and changes the in-flight entry at commit.  Claims of a ring queue take from
  * the table engine first when it may have ready jobs of the queue (a flag
  * in shared memory, cleared by a claim that found none there), so a retried
  * job never waits behind the ring's backlog.
@@ -91,6 +92,15 @@ extern int64 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz no
 #define PGJQ_RING_STALE		1	/* a ring job, but the token is stale */
 #define PGJQ_RING_MOVED		2	/* now a running row of pgjq.job */
 extern int	pgjq_ring_move(int64 id, const int64 *token);	/* NULL: any claim */
+
+/*
+ * Extend the lease of (id, token) to now + extend_us (the queue's lease when
+ * negative) if it is a ring job in flight: PGJQ_RING_EXTENDED (*lease_until
+ * set), PGJQ_RING_STALE, or PGJQ_RING_NOT_MINE (ask the table engine).
+ */
+#define PGJQ_RING_EXTENDED	3
+extern int	pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now,
+								TimestampTz *lease_until);
 
 /* due jobs of ring queues from pgjq.job into the ring (maintenance.c) */
 extern int64 pgjq_ring_promote(TimestampTz now, int limit);

@@ -12,7 +12,9 @@
  *
  * Where a job is: a producer's pending list (appended, not committed), a
  * lane (committed, claimable), the in-flight table as CLAIMING (claimed by
- * an open transaction), OPEN (claim committed: its token is valid) or
+ * an open transaction), OPEN (claim committed: its token is valid),
+ * EXTENDING (open, and an open transaction heartbeats it: its new lease
+ * holds from that commit, and rescue and other outcomes wait for it) or
  * CLOSING (an open transaction completes, moves or removes it), or gone (its
  * close committed).  Every move between these happens under the lock, in a
  * call or in a commit or abort callback; the callbacks never allocate and
@@ -113,7 +115,10 @@ typedef enum RingFlightState
 {
 	RF_CLAIMING,				/* claimed by xid, not committed */
 	RF_OPEN,					/* claim committed: the token is valid */
-	RF_CLOSING					/* completed, moved or removed by xid */
+	RF_CLOSING,					/* completed, moved or removed by xid */
+	RF_EXTENDING				/* open, its lease extended by xid
+								 * (heartbeat): the new lease counts from
+								 * xid's commit */
 } RingFlightState;
 
 typedef struct RingFlightKey
@@ -236,6 +241,7 @@ typedef struct RingPendingId
 	int64		id;
 	int			level;
 	bool		was_claiming;	/* a close of this transaction's own claim */
+	bool		was_extending;	/* a close of a job it heartbeated */
 } RingPendingId;
 
 extern void ring_note_enqueued(const RingPos *p, RingLane *lane);
@@ -249,7 +255,9 @@ extern bool ring_has_own(int32 queue_id);
 extern bool ring_take_own_id(int64 id, RingPos *out, RingLane **lane);
 extern void ring_reserve_dropped(int n);
 extern void ring_note_dropped(const RingPos *p, RingLane *lane);
-extern void ring_note_closed(int64 id, bool was_claiming);
+extern void ring_note_closed(int64 id, bool was_claiming, bool was_extending);
+extern void ring_reserve_extended(void);
+extern void ring_note_extended(int64 id, int64 token, TimestampTz lease_until, bool was_open);
 extern bool ring_note_writer(int slot);
 extern bool ring_writing(void);
 extern void ring_note_truncating(int slot);

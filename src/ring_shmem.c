@@ -640,6 +640,23 @@ static RingPendingEnq *p_drop = NULL;
 static int	n_drop = 0,
 			max_drop = 0;
 
+/*
+ * Leases this transaction extended (heartbeat): the entry is EXTENDING
+ * (was_open) or this transaction's own claim, and takes lease_until when
+ * this commits; the last extension of a job wins.
+ */
+typedef struct RingPendingExt
+{
+	int64		id;
+	int64		token;
+	TimestampTz lease_until;
+	bool		was_open;		/* it made the entry EXTENDING */
+	int			level;
+} RingPendingExt;
+static RingPendingExt *p_ext = NULL;
+static int	n_ext = 0,
+			max_ext = 0;
+
 /* queues whose table_maybe flag this transaction sets when it ends */
 typedef struct TableTouch
 {
@@ -958,13 +975,34 @@ ring_own_claiming(int32 queue_id, int64 *mine, int64 *mine_own)
 }
 
 void
-ring_note_closed(int64 id, bool was_claiming)
+ring_note_closed(int64 id, bool was_claiming, bool was_extending)
 {
 	Assert(n_close < max_close);
 	p_close[n_close].id = id;
 	p_close[n_close].level = GetCurrentTransactionNestLevel();
 	p_close[n_close].was_claiming = was_claiming;
+	p_close[n_close].was_extending = was_extending;
 	n_close++;
+}
+
+/* Room for one more extension, before the entry changes. */
+void
+ring_reserve_extended(void)
+{
+	p_ext = grow(p_ext, &max_ext, n_ext + 1, sizeof(RingPendingExt));
+}
+
+/* lock held; room reserved by ring_reserve_extended */
+void
+ring_note_extended(int64 id, int64 token, TimestampTz lease_until, bool was_open)
+{
+	RingPendingExt *e = &p_ext[n_ext++];
+
+	e->id = id;
+	e->token = token;
+	e->lease_until = lease_until;
+	e->was_open = was_open;
+	e->level = GetCurrentTransactionNestLevel();
 }
 
 /*
@@ -1030,7 +1068,7 @@ ring_touched_here(int32 queue_id)
 static void
 reset_local(void)
 {
-	n_enq = n_claim = n_close = n_touch = n_drop = n_reloc = n_unpark = 0;
+	n_enq = n_claim = n_close = n_touch = n_drop = n_reloc = n_unpark = n_ext = 0;
 	if (any_writer)
 		memset(my_writer, 0, sizeof(my_writer));
 	any_writer = false;
@@ -1042,7 +1080,7 @@ static bool
 has_pending(void)
 {
 	return n_enq > 0 || n_claim > 0 || n_close > 0 || n_touch > 0 || n_drop > 0 ||
-		n_reloc > 0 || n_unpark > 0 || any_writer || my_truncating >= 0;
+		n_reloc > 0 || n_unpark > 0 || n_ext > 0 || any_writer || my_truncating >= 0;
 }
 
 /* lock held: set the table flag of the touched queues (commit or not) */
@@ -1174,6 +1212,8 @@ undo_closes(int from)
 		{
 			if (p_close[i].was_claiming)
 				f->state = RF_CLAIMING; /* undo_claims sees it next */
+			else if (p_close[i].was_extending)
+				f->state = RF_EXTENDING;	/* undo_extends sees it next */
 			else
 			{
 				f->state = RF_OPEN;
@@ -1183,6 +1223,38 @@ undo_closes(int from)
 		}
 	}
 	n_close = keep;
+}
+
+/*
+ * lock held: forget extensions with level >= from; an entry this
+ * transaction made EXTENDING with one of them is open again, with its lease
+ * as it was
+ */
+static void
+undo_extends(int from)
+{
+	int			keep = 0;
+
+	for (int i = 0; i < n_ext; i++)
+	{
+		RingFlight *f;
+
+		if (p_ext[i].level < from)
+		{
+			p_ext[keep++] = p_ext[i];
+			continue;
+		}
+		if (!p_ext[i].was_open)
+			continue;
+		f = ring_flight_find(p_ext[i].id);
+		if (f != NULL && f->state == RF_EXTENDING)
+		{
+			f->state = RF_OPEN;
+			f->xid = InvalidTransactionId;
+			flight_take_reloc(ring_db_find(), f);
+		}
+	}
+	n_ext = keep;
 }
 
 /* lock held: purged positions with level >= from go back, newest first */
@@ -1250,7 +1322,7 @@ xact_callback(XactEvent event, void *arg)
 			pgjq_crash_point("commit");
 			/* only table-engine jobs became ready: most often no ring queue */
 			if (n_enq == 0 && n_claim == 0 && n_close == 0 && n_drop == 0 && n_reloc == 0 &&
-				n_unpark == 0 && !any_writer &&
+				n_unpark == 0 && n_ext == 0 && !any_writer &&
 				my_truncating < 0 && !touches_ring_queue())
 			{
 				reset_local();
@@ -1309,6 +1381,22 @@ xact_callback(XactEvent event, void *arg)
 					ring_lane_settle(l);
 				}
 			}
+			/* after the claims: a job claimed here is open now */
+			for (int i = 0; i < n_ext; i++)
+			{
+				RingFlight *f = ring_flight_find(p_ext[i].id);
+
+				if (f == NULL || f->token != p_ext[i].token ||
+					!(f->state == RF_OPEN || f->state == RF_EXTENDING))
+					continue;	/* closed here after its heartbeat */
+				f->lease_until = p_ext[i].lease_until;
+				if (f->state == RF_EXTENDING)
+				{
+					f->state = RF_OPEN;
+					f->xid = InvalidTransactionId;
+					flight_take_reloc(db, f);
+				}
+			}
 			for (int i = 0; i < n_drop; i++)
 			{
 				RingLane   *l = p_drop[i].lane;
@@ -1352,6 +1440,7 @@ xact_callback(XactEvent event, void *arg)
 				if (my_writer[s])
 					db->slots[s].writers--;
 			undo_closes(0);
+			undo_extends(0);
 			undo_claims(0);
 			undo_drops(0);
 			touch_tables(false, 0);
@@ -1381,6 +1470,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
 		undo_enqueues(level);
 		undo_closes(level);
+		undo_extends(level);
 		undo_claims(level);
 		undo_drops(level);
 		touch_tables(false, level);
@@ -1419,6 +1509,9 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		for (int i = 0; i < n_close; i++)
 			if (p_close[i].level >= level)
 				p_close[i].level = level - 1;
+		for (int i = 0; i < n_ext; i++)
+			if (p_ext[i].level >= level)
+				p_ext[i].level = level - 1;
 		for (int i = 0; i < n_touch; i++)
 			if (p_touch[i].level >= level)
 				p_touch[i].level = level - 1;

@@ -1279,12 +1279,13 @@ close_claims(int n, const int64 *ids, const int64 *toks, bool *found, bool *ok,
 			continue;
 
 		/*
-		 * OPEN, or claimed by this very transaction (claim and outcome
-		 * together)
+		 * OPEN, or claimed or heartbeated by this very transaction (claim and
+		 * outcome together)
 		 */
-		if (!(f->state == RF_OPEN || (f->state == RF_CLAIMING && f->xid == xid)))
+		if (!(f->state == RF_OPEN ||
+			  ((f->state == RF_CLAIMING || f->state == RF_EXTENDING) && f->xid == xid)))
 			continue;
-		ring_note_closed(ids[i], f->state == RF_CLAIMING);
+		ring_note_closed(ids[i], f->state == RF_CLAIMING, f->state == RF_EXTENDING);
 		f->state = RF_CLOSING;
 		f->xid = xid;
 		fl[i] = *f;
@@ -1532,6 +1533,93 @@ pgjq_ring_move(int64 id, const int64 *token)
 	return PGJQ_RING_MOVED;
 }
 
+static PgjqPlan plan_queue_lease = {
+	"SELECT $2 + q.lease FROM pgjq.queue q WHERE q.queue_id = $1",
+	2, {INT4OID, TIMESTAMPTZOID}
+};
+
+/*
+ * Heartbeat of a ring job in flight: the entry becomes EXTENDING (rescue and
+ * the other outcomes of its claim wait for this transaction) and takes the
+ * new lease when this commits; one 'h' log row (token, new lease, id) makes
+ * it durable.  Nothing moves, nothing is updated.
+ */
+int
+pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now,
+					TimestampTz *lease_until)
+{
+	TransactionId xid;
+	RingFlight *f;
+	int32		queue_id = 0;
+	int			r = PGJQ_RING_NOT_MINE;
+
+	require_for_ring_jobs(1, &id);
+	if (ring == NULL || !ensure_ready(false) || !any_in_flight(1, &id))
+		return PGJQ_RING_NOT_MINE;
+
+	/* the queue's lease, read before the lock (it is no lock-held work) */
+	if (extend_us < 0)
+	{
+		LWLockAcquire(ring->lock, LW_SHARED);
+		f = ring_flight_find(id);
+		if (f != NULL)
+			queue_id = f->queue_id;
+		LWLockRelease(ring->lock);
+		if (f == NULL)
+			return PGJQ_RING_NOT_MINE;
+	}
+	if (extend_us >= 0)
+		*lease_until = now + extend_us;
+	else
+	{
+		Datum		values[2] = {Int32GetDatum(queue_id), TimestampTzGetDatum(now)};
+		bool		isnull;
+
+		pgjq_spi_run(&plan_queue_lease, values, NULL, 1);
+		if (SPI_processed == 0)
+			return PGJQ_RING_NOT_MINE;	/* its queue was dropped: cannot be */
+		*lease_until = DatumGetTimestampTz(pgjq_spi_get(0, 1, &isnull));
+	}
+
+	xid = GetTopTransactionId();
+	ring_reserve_extended();
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	for (;;)
+	{
+		TransactionId other;
+
+		f = ring_flight_find(id);
+		if (f == NULL || f->xid == xid || f->state == RF_OPEN || f->token != token)
+			break;
+		/* claimed, closed or heartbeated by another open transaction */
+		other = f->xid;
+		LWLockRelease(ring->lock);
+		XactLockTableWait(other, NULL, NULL, XLTW_None);
+		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	}
+	if (f == NULL || (f->state == RF_CLOSING && f->xid == xid))
+		r = PGJQ_RING_NOT_MINE; /* as close_claims: the table engine answers */
+	else if (f->token != token)
+		r = PGJQ_RING_STALE;
+	else
+	{
+		bool		was_open = f->state == RF_OPEN;
+
+		Assert(was_open || f->xid == xid);
+		ring_note_extended(id, token, *lease_until, was_open);
+		if (was_open)
+		{
+			f->state = RF_EXTENDING;
+			f->xid = xid;
+		}
+		r = PGJQ_RING_EXTENDED;
+	}
+	LWLockRelease(ring->lock);
+	if (r == PGJQ_RING_EXTENDED)
+		log_append(token, *lease_until, 'h', &id, 1);
+	return r;
+}
+
 /*
  * The snapshot of the reads that answer from the ring's tables (job(),
  * queue_stats and metrics() on a standby, and in a REPEATABLE READ or
@@ -1626,7 +1714,7 @@ take_closing(RingFlight *f, RingLane *l, const RingPos *p, int64 tok, int32 atte
 	ring_claim_begun(f);
 	ring_note_claimed(f->key.id);
 	/* and closed by the same transaction */
-	ring_note_closed(f->key.id, true);
+	ring_note_closed(f->key.id, true, false);
 	f->state = RF_CLOSING;
 }
 
@@ -1962,7 +2050,8 @@ pgjq_ring_next_deadline(void)
 	LWLockAcquire(ring->lock, LW_SHARED);
 	hash_seq_init(&hs, ring_flights);
 	while ((f = hash_seq_search(&hs)) != NULL)
-		if (f->key.dbid == MyDatabaseId && f->state != RF_CLOSING && f->lease_until < next &&
+		if (f->key.dbid == MyDatabaseId && f->state != RF_CLOSING &&
+			f->state != RF_EXTENDING && f->lease_until < next &&
 			f->lease_until != 0)
 			next = f->lease_until;
 	LWLockRelease(ring->lock);
@@ -2006,7 +2095,7 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 				hash_seq_term(&hs);
 				break;
 			}
-			if (f->state == RF_OPEN)
+			if (f->state == RF_OPEN || f->state == RF_EXTENDING)
 				running++;
 		}
 		LWLockRelease(ring->lock);
@@ -2078,7 +2167,7 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 		hash_seq_init(&hs, ring_flights);
 		while ((f = hash_seq_search(&hs)) != NULL)
 			if (f->key.dbid == MyDatabaseId && f->queue_id == queue_id &&
-				f->state == RF_OPEN && nrun < running)
+				(f->state == RF_OPEN || f->state == RF_EXTENDING) && nrun < running)
 			{
 				rid[nrun] = f->key.id;
 				rtok[nrun] = f->token;
@@ -2348,13 +2437,21 @@ scan_tables(RbScan *sc, bool latest)
 					c->lease_until = 0;
 					c->cslots = 0;
 				}
+
+				/*
+				 * A heartbeat ('h') extends the claim of its token; rows are
+				 * not read in the order they were written, so the lease is
+				 * the latest any of them granted (a heartbeat that shortened
+				 * it is undone by a crash: later than before, never earlier)
+				 */
+				if ((kind == 'c' || kind == 'h') && c->token == token)
+					c->lease_until = Max(c->lease_until, at);
 				if (kind == 'c' && c->token == token)
 				{
-					c->lease_until = at;
 					c->cslots |= 1 << s;
 					c->ctids[s] = tup->t_self;
 				}
-				if (kind != 'c')
+				if (kind != 'c' && kind != 'h')
 				{
 					RbPair		k = {ids[i], token};
 
@@ -3093,14 +3190,20 @@ standby_job(int64 id, char *state, TimestampTz *lease, char **worker, BodyRow *b
 					*lease = 0;
 					*worker = NULL;
 				}
-				if (token == maxtok && kind != 'c')
+				if (token == maxtok && kind != 'c' && kind != 'h')
 					closed = true;
+				if (token == maxtok && (kind == 'c' || kind == 'h'))
+				{
+					TimestampTz at = DatumGetTimestampTz(heap_getattr(tup, L_AT, desc, &isnull));
+
+					/* as the rebuild: the latest lease of the claim's rows */
+					*lease = Max(*lease, at);
+				}
 				if (token == maxtok && kind == 'c')
 				{
 					bool		wnull;
 					Datum		w = heap_getattr(tup, L_WORKER, desc, &wnull);
 
-					*lease = DatumGetTimestampTz(heap_getattr(tup, L_AT, desc, &isnull));
 					if (!wnull)
 						*worker = TextDatumGetCString(w);
 				}

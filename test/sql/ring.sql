@@ -157,13 +157,64 @@ SELECT id AS h4, token AS t4 FROM held WHERE ord = 4 \gset
 SELECT pgjq.fail(:h2, :t2, 'boom') AS fail;
 SELECT state, attempt, last_error FROM pgjq.job(:h2);
 SELECT pgjq.fail(:h2, :t2, 'again') AS stale_fail;
--- heartbeat: moved too, with its token, its worker and a longer lease
-SELECT worker AS worker_before_move FROM pgjq.job(:h3);
+-- heartbeat: the job stays in the ring (one 'h' log row, nothing moved),
+-- with its worker and the longer lease
+SELECT worker AS worker_before FROM pgjq.job(:h3);
 SELECT pgjq.heartbeat(:h3, :t3, '1 hour')
        > now() + interval '59 minutes' AS extended;
 SELECT pgjq.heartbeat(:h3, :t3 + 1000) IS NULL AS stale_heartbeat;
 SELECT state, lease_until > now() + interval '59 minutes' AS extended, worker FROM pgjq.job(:h3);
-SELECT pgjq.complete(:h3, :t3) AS completed_after_move;
+SELECT count(*) AS in_pgjq_job FROM pgjq.job WHERE id = :h3;
+SELECT count(*) AS h_rows
+  FROM (SELECT kind, ids FROM pgjq.ring_log_0 UNION ALL SELECT kind, ids FROM pgjq.ring_log_1
+        UNION ALL SELECT kind, ids FROM pgjq.ring_log_2 UNION ALL SELECT kind, ids FROM pgjq.ring_log_3) l
+ WHERE kind = 'h' AND :h3 = ANY (ids);
+-- a heartbeat that rolls back (whole or to a savepoint) leaves the lease
+-- as it was; a later one in the same transaction wins
+BEGIN;
+SELECT pgjq.heartbeat(:h3, :t3, '3 hours') > now() + interval '179 minutes' AS extended;
+ROLLBACK;
+SELECT lease_until < now() + interval '61 minutes' AS as_before FROM pgjq.job(:h3);
+BEGIN;
+SELECT pgjq.heartbeat(:h3, :t3, '2 hours') IS NOT NULL AS extended;
+SAVEPOINT s;
+SELECT pgjq.heartbeat(:h3, :t3, '5 hours') IS NOT NULL AS extended;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT lease_until BETWEEN now() + interval '119 minutes' AND now() + interval '121 minutes'
+       AS two_hours FROM pgjq.job(:h3);
+BEGIN;
+SELECT pgjq.heartbeat(:h3, :t3, '1 minute') IS NOT NULL AS shortened;
+SELECT pgjq.heartbeat(:h3, :t3, '30 minutes') IS NOT NULL AS extended;
+COMMIT;
+SELECT lease_until BETWEEN now() + interval '29 minutes' AND now() + interval '31 minutes'
+       AS the_last_wins FROM pgjq.job(:h3);
+SELECT * FROM pgjq.verify();
+-- heartbeat and complete in one transaction; a rollback of both keeps the claim
+BEGIN;
+SELECT pgjq.heartbeat(:h3, :t3, '1 hour') IS NOT NULL AS extended;
+SELECT pgjq.complete(:h3, :t3) AS completed;
+ROLLBACK;
+SELECT state FROM pgjq.job(:h3);
+BEGIN;
+SELECT pgjq.heartbeat(:h3, :t3, '1 hour') IS NOT NULL AS extended;
+SAVEPOINT s;
+SELECT pgjq.complete(:h3, :t3) AS completed;
+ROLLBACK TO SAVEPOINT s;
+SELECT pgjq.complete(:h3, :t3) AS completed_after_savepoint;
+COMMIT;
+SELECT state FROM pgjq.job(:h3);
+SELECT pgjq.heartbeat(:h3, :t3) IS NULL AS heartbeat_after_complete;
+-- a claim and its heartbeat in one transaction: the heartbeat's lease
+SELECT pgjq.enqueue('rq', '{"n": "claim and heartbeat"}') AS hb \gset
+BEGIN;
+SELECT id = :hb AS claimed, token AS hb_tok FROM pgjq.claim('rq', 1, lease => '1 minute') \gset
+SELECT :'claimed' AS claimed;
+SELECT pgjq.heartbeat(:hb, :hb_tok, '3 hours') IS NOT NULL AS extended;
+COMMIT;
+SELECT state, lease_until > now() + interval '179 minutes' AS three_hours FROM pgjq.job(:hb);
+SELECT pgjq.complete(:hb, :hb_tok) AS completed;
+SELECT * FROM pgjq.verify();
 -- snooze: scheduled in pgjq.job, the attempt given back
 SELECT pgjq.snooze(:h4, :t4, '1 hour') AS snoozed;
 SELECT state, attempt FROM pgjq.job(:h4);
@@ -340,6 +391,9 @@ SELECT pg_temp.slots_with_bodies();
 SELECT pgjq.enqueue('rq_slow', '{"n": "slow"}') AS slow \gset
 SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{"n": "round 1"}'::jsonb, ARRAY[7]));
 SELECT id AS long, token AS long_tok FROM pgjq.claim('rq', 1, lease => '1 day', worker => 'w-long') \gset
+-- its heartbeat's 'h' row is written into the current slot, its claim row
+-- stays in the oldest: the relocation writes that one again, with the lease
+SELECT pgjq.heartbeat(:long, :long_tok, '2 days') IS NOT NULL AS extended;
 SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
 SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{}'::jsonb, ARRAY[4]));
 SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
@@ -374,7 +428,7 @@ SELECT * FROM pgjq.verify();
 -- both kept their state: the running one its token, lease and worker (read
 -- from the claim row the relocation wrote again: the first one went with its
 -- slot), the ready one its place
-SELECT state, attempt, lease_until > now() + '23 hours' AS long_lease, worker FROM pgjq.job(:long);
+SELECT state, attempt, lease_until > now() + '47 hours' AS long_lease, worker FROM pgjq.job(:long);
 SELECT state FROM pgjq.job(:slow);
 SELECT pgjq.heartbeat(:long, :long_tok + 1) AS stale_heartbeat;
 SELECT pgjq.complete(:long, :long_tok) AS completed;

@@ -94,17 +94,21 @@ sub wait_worker
 
 # ------------------------------------------- a lease that spans a crash
 
-# Enqueue and claim one job of queue "held" with a 10-minute lease: long
-# enough that every check below runs inside it however slow the restart, so
-# none of them can be skipped.
+# Enqueue and claim one job of queue "held" with a 5-second lease, then
+# extend it by heartbeat to 10 minutes: long enough that every check below
+# runs inside it however slow the restart, so none of them can be skipped.
+# What the restart must keep is the heartbeat's lease (on the ring, its 'h'
+# log row), not the claim's.
 sub hold
 {
 	my $id = $node->safe_psql('postgres', "SELECT pgjq.enqueue('held')");
-	my ($cid, $token, $until) = split /\|/,
+	my ($cid, $token) = split /\|/,
 	  $node->safe_psql('postgres',
-		"SELECT id, token, lease_until FROM pgjq.claim('held', 1, lease => '600 seconds')"
-	  );
+		"SELECT id, token FROM pgjq.claim('held', 1, lease => '5 seconds')");
 	is($cid, $id, 'the held job is claimed');
+	my $until = $node->safe_psql('postgres',
+		"SELECT pgjq.heartbeat($id, $token, '600 seconds')");
+	isnt($until, '', 'the held job\'s lease is extended');
 	return { id => $id, token => $token, until => $until };
 }
 

@@ -78,6 +78,15 @@ is( $standby->safe_psql(
 	'standby: a running ring job is running, with its lease');
 is($standby->safe_psql('postgres', "SELECT state FROM pgjq.job($done_id)"),
 	'completed', 'standby: a completed ring job is completed');
+# a heartbeat on the primary: its 'h' log row gives the standby the new lease
+my $hb_until = $primary->safe_psql('postgres',
+	"SELECT pgjq.heartbeat($run_id, $run_tok, '2 hours')");
+$primary->wait_for_catchup($standby);
+is( $standby->safe_psql(
+		'postgres',
+		"SELECT state || ' ' || (lease_until = '$hb_until'::timestamptz) FROM pgjq.job($run_id)"),
+	'running true',
+	'standby: a heartbeated ring job has the heartbeat\'s lease');
 is( $standby->safe_psql(
 		'postgres',
 		"SELECT sum(value) FROM pgjq.metrics('rs') WHERE name = 'pgjq_jobs' AND labels->>'state' IN ('ready', 'running')"
