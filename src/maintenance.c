@@ -81,7 +81,7 @@ rescue_chunk(int limit)
 		pgjq_metrics_job_outcome(jobs[i].token, PGJQ_M_RESCUED, now);
 	}
 	pfree(jobs);
-	/* ring jobs: moved to pgjq.job by pgjq_outcome_fail, then the same */
+	/* ring jobs: the same, unless a heartbeat extended the lease meanwhile */
 	if (n < limit)
 	{
 		int64	   *ids = palloc(sizeof(int64) * (limit - n));
@@ -92,7 +92,7 @@ rescue_chunk(int limit)
 		{
 			CHECK_FOR_INTERRUPTS();
 			pgjq_metrics_call_begin();
-			if (pgjq_outcome_fail(ids[i], toks[i], "lease expired", -1, now) != 0)
+			if (pgjq_outcome_rescue_ring(ids[i], toks[i], now) != 0)
 				pgjq_metrics_job_outcome(toks[i], PGJQ_M_RESCUED, now);
 		}
 		n += m;

@@ -61,20 +61,49 @@ pgjq_outcome_decide(const PgjqRunningJob *job, int64 retry_in_us, TimestampTz no
  * worker, which promotes it on time (it may plan to sleep past it).
  * Returns the outcome as pgjq_storage_fail does (0 when stale).
  */
-char
-pgjq_outcome_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
-				  TimestampTz now)
+static char
+fail_job(int64 id, int64 token, const char *error, int64 retry_in_us, TimestampTz now,
+		 bool rescue)
 {
 	TimestampTz run_at = 0;
 	char		r;
 
-	/* a ring job moves to pgjq.job first (ring.h) */
-	if (pgjq_ring_move(id, &token) == PGJQ_RING_STALE)
-		return 0;
-	r = pgjq_storage_fail(id, token, error, retry_in_us, now, &run_at);
+	/* a ring job in flight: its claim closed, the job written where it goes */
+	switch (pgjq_ring_fail(id, token, error, retry_in_us, 0, rescue ? now : 0, now,
+						   &r, &run_at))
+	{
+		case PGJQ_RING_FAILED:
+			break;
+		case PGJQ_RING_STALE:
+			return 0;
+		default:
+			/* a ring lease to rescue that left the ring meanwhile: nothing */
+			if (rescue)
+				return 0;
+			r = pgjq_storage_fail(id, token, error, retry_in_us, now, &run_at);
+			break;
+	}
 	if (r == 's')
 		pgjq_shmem_note_due(run_at);
 	return r;
+}
+
+char
+pgjq_outcome_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
+				  TimestampTz now)
+{
+	return fail_job(id, token, error, retry_in_us, now, false);
+}
+
+/*
+ * Rescue of a ring claim whose lease was seen ending before now: a failed
+ * attempt with error "lease expired", unless a heartbeat extended the lease
+ * meanwhile or the claim ended (then 0, nothing changes).
+ */
+char
+pgjq_outcome_rescue_ring(int64 id, int64 token, TimestampTz now)
+{
+	return fail_job(id, token, "lease expired", -1, now, true);
 }
 
 /*
@@ -372,10 +401,22 @@ pgjq_snooze(PG_FUNCTION_ARGS)
 
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
-	if (pgjq_ring_move(id, &token) == PGJQ_RING_STALE)
-		r = 0;
-	else
-		r = pgjq_storage_snooze(id, token, now + delay_us, now);
+	{
+		TimestampTz run_at;
+
+		/* a ring job in flight: its claim closed, scheduled in pgjq.job */
+		switch (pgjq_ring_fail(id, token, NULL, 0, now + delay_us, 0, now, &r, &run_at))
+		{
+			case PGJQ_RING_FAILED:
+				break;
+			case PGJQ_RING_STALE:
+				r = 0;
+				break;
+			default:
+				r = pgjq_storage_snooze(id, token, now + delay_us, now);
+				break;
+		}
+	}
 	snoozed = (r == 's');
 	if (r != 0)
 		pgjq_metrics_job_outcome(token, snoozed ? PGJQ_M_SNOOZED : PGJQ_M_NCOUNTERS, now);

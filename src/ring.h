@@ -99,6 +99,18 @@ extern int	pgjq_ring_move(int64 id, const int64 *token);	/* NULL: any claim */
  * set), PGJQ_RING_STALE, or PGJQ_RING_NOT_MINE (ask the table engine).
  */
 #define PGJQ_RING_EXTENDED	3
+
+/*
+ * fail (snooze_until 0) or snooze of (id, token) if it is a ring job in
+ * flight, without moving it first; lease_before (rescue): only if its lease
+ * ends before that.  PGJQ_RING_FAILED with *outcome ('s': scheduled at
+ * *run_at in pgjq.job; or PGJQ_FINISHED_DEAD), PGJQ_RING_STALE, or
+ * PGJQ_RING_NOT_MINE (ask the table engine).
+ */
+#define PGJQ_RING_FAILED	4
+extern int	pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
+						   TimestampTz snooze_until, TimestampTz lease_before,
+						   TimestampTz now, char *outcome, TimestampTz *run_at);
 extern int	pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now,
 								TimestampTz *lease_until);
 

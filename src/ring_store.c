@@ -1236,11 +1236,13 @@ pgjq_ring_note_table_claim(int32 queue_id)
  * transaction that closes one of them now.  token 0 matches any open claim
  * (cancel).  found[i]: the id is a ring job in flight (else the table
  * engine's); ok[i]: it is closed by this call (else stale).  The closed
- * entries' facts go to *fl (copies).
+ * entries' facts go to *fl (copies).  With lease_before (rescue), only a
+ * claim whose lease ends before it is closed (a heartbeat that committed
+ * meanwhile makes the pair stale for rescue).
  */
 static int
 close_claims(int n, const int64 *ids, const int64 *toks, bool *found, bool *ok,
-			 RingFlight *fl)
+			 RingFlight *fl, TimestampTz lease_before)
 {
 	TransactionId xid = GetTopTransactionId();
 	int			nok = 0;
@@ -1284,6 +1286,8 @@ close_claims(int n, const int64 *ids, const int64 *toks, bool *found, bool *ok,
 		 */
 		if (!(f->state == RF_OPEN ||
 			  ((f->state == RF_CLAIMING || f->state == RF_EXTENDING) && f->xid == xid)))
+			continue;
+		if (lease_before != 0 && f->lease_until >= lease_before)
 			continue;
 		ring_note_closed(ids[i], f->state == RF_CLAIMING, f->state == RF_EXTENDING);
 		f->state = RF_CLOSING;
@@ -1380,7 +1384,7 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 	if (!any_in_flight(n, idv))
 		return 0;
 	maybe_truncate();
-	nok = close_claims(n, idv, tokv, handled, ok, fl);
+	nok = close_claims(n, idv, tokv, handled, ok, fl, 0);
 	if (nok == 0)
 		return 0;
 	cid = palloc(sizeof(int64) * nok);
@@ -1524,13 +1528,144 @@ pgjq_ring_move(int64 id, const int64 *token)
 	tok = token == NULL ? 0 : (*token == 0 ? -1 : *token);
 	if (!ensure_ready(false) || !any_in_flight(1, &id))
 		return PGJQ_RING_NOT_MINE;
-	(void) close_claims(1, &id, &tok, &found, &ok, &f);
+	(void) close_claims(1, &id, &tok, &found, &ok, &f, 0);
 	if (!found)
 		return PGJQ_RING_NOT_MINE;
 	if (!ok)
 		return PGJQ_RING_STALE;
 	move_to_table(&f, 'a');
 	return PGJQ_RING_MOVED;
+}
+
+static PgjqPlan plan_queue_backoff = {
+	"SELECT backoff_base, backoff_max FROM pgjq.queue WHERE queue_id = $1",
+	1, {INT4OID}
+};
+
+/* a retry or a snooze: the job's next attempt waits in pgjq.job */
+static PgjqPlan plan_fail_schedule = {
+	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
+	"                      max_attempts, token, enqueued_at, run_at, lease_until, worker,"
+	"                      last_error, cancel_requested, payload)"
+	" VALUES ($1, $2, 's', $3, coalesce($4, ''), NULL, $5, $6, $7, $8, $9, NULL, $10, $11,"
+	"         false, $12)",
+	12, {INT8OID, INT4OID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}
+};
+
+/* attempts spent: dead, in the history with its payload (for retry_dead) */
+static PgjqPlan plan_fail_dead = {
+	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key,"
+	"                              attempt, max_attempts, token, enqueued_at, finished_at,"
+	"                              worker, last_error, payload)"
+	" VALUES ($1, $2, 'd', $3, coalesce($4, ''), NULL, $5, $6, $7, $8, $9, $10, $11, $12)",
+	12, {INT8OID, INT4OID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}
+};
+
+/*
+ * fail, snooze and rescue of a ring job in flight, without moving it first:
+ * the claim is closed (one 'f' log row) and the job written once where it
+ * goes, a scheduled row of pgjq.job (retry or snooze: promotion appends it
+ * to the ring again when it is due) or a dead row of the history.
+ * snooze_until != 0: a snooze (the attempt is given back, the error kept);
+ * else a failure with error, decided by pgjq_outcome_decide (retry_in_us <
+ * 0: the queue's backoff).  lease_before != 0 (rescue): only if the lease
+ * still ends before it.  Returns PGJQ_RING_NOT_MINE, PGJQ_RING_STALE, or
+ * PGJQ_RING_FAILED with *outcome ('s' scheduled, PGJQ_FINISHED_DEAD) and
+ * for 's' *run_at.
+ */
+int
+pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
+			   TimestampTz snooze_until, TimestampTz lease_before, TimestampTz now,
+			   char *outcome, TimestampTz *run_at)
+{
+	bool		found,
+				ok;
+	RingFlight	f;
+	int64		tok = token == 0 ? -1 : token;
+	Relation	rel;
+	BodyRow		b;
+	char	   *worker;
+	int32		attempt;
+	Datum		last_error;
+	Datum		values[12];
+	char		nulls[13] = "            ";
+	char		r;
+
+	require_for_ring_jobs(1, &id);
+	if (ring == NULL || !ensure_ready(false) || !any_in_flight(1, &id))
+		return PGJQ_RING_NOT_MINE;
+	(void) close_claims(1, &id, &tok, &found, &ok, &f, lease_before);
+	if (!found)
+		return PGJQ_RING_NOT_MINE;
+	if (!ok)
+		return PGJQ_RING_STALE;
+
+	rel = table_open(body_oid[f.slot], AccessShareLock);
+	body_fetch(rel, id, &f.tid, &b);
+	table_close(rel, NoLock);
+	worker = claim_worker(f.claim_slot, &f.claim_tid, f.token);
+	if (snooze_until != 0)
+	{
+		r = 's';
+		*run_at = snooze_until;
+		attempt = b.attempt - 1;
+		last_error = b.last_error;
+	}
+	else
+	{
+		PgjqRunningJob job;
+		Datum		qv[1] = {Int32GetDatum(b.queue_id)};
+		bool		isnull;
+
+		pgjq_spi_run(&plan_queue_backoff, qv, NULL, 1);
+		job.id = id;
+		job.token = f.token;
+		job.attempt = b.attempt;
+		job.max_attempts = b.max_attempts;
+		/* a ring job in flight has none: cancel moves a running one out */
+		job.cancel_requested = false;
+		job.backoff_base_us = SPI_processed == 0 ? 0 :
+			pgjq_interval_usec(DatumGetIntervalP(pgjq_spi_get(0, 1, &isnull)));
+		job.backoff_max_us = SPI_processed == 0 ? 0 :
+			pgjq_interval_usec(DatumGetIntervalP(pgjq_spi_get(0, 2, &isnull)));
+		r = pgjq_outcome_decide(&job, retry_in_us, now, run_at);
+		attempt = b.attempt;
+		last_error = error ? CStringGetTextDatum(error) : b.last_error;
+	}
+	log_append(f.token, now, 'f', &id, 1);
+
+	values[0] = Int64GetDatum(id);
+	values[1] = Int32GetDatum(b.queue_id);
+	values[2] = Int16GetDatum(b.priority);
+	values[3] = b.fair_key;
+	nulls[3] = b.fair_key ? ' ' : 'n';
+	values[4] = Int32GetDatum(attempt);
+	values[5] = Int32GetDatum(b.max_attempts);
+	values[6] = Int64GetDatum(f.token);
+	values[7] = TimestampTzGetDatum(b.enqueued_at);
+	values[8] = TimestampTzGetDatum(r == 's' ? *run_at : now);
+	values[9] = worker ? CStringGetTextDatum(worker) : (Datum) 0;
+	nulls[9] = worker ? ' ' : 'n';
+	values[10] = last_error;
+	nulls[10] = last_error ? ' ' : 'n';
+	values[11] = b.payload;
+	if (r == 's')
+		pgjq_spi_run(&plan_fail_schedule, values, nulls, 0);
+	else
+	{
+		Assert(r == PGJQ_FINISHED_DEAD);
+		pgjq_history_ensure(now);
+		pgjq_spi_run(&plan_fail_dead, values, nulls, 0);
+		if (pgjq_jobs_finished_hook)
+			pgjq_jobs_finished_hook(b.queue_id, r, 1);
+	}
+	/* limits.c counted it at its claim; the lane lives while it is CLOSING */
+	if (pgjq_left_running_hook)
+		pgjq_left_running_hook(b.queue_id, NULL, ring_limits_hash(f.lane->key.keyhash), 1);
+	*outcome = r;
+	return PGJQ_RING_FAILED;
 }
 
 static PgjqPlan plan_queue_lease = {
@@ -2177,7 +2312,7 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 		found = palloc(sizeof(bool) * Max(nrun, 1));
 		ok = palloc(sizeof(bool) * Max(nrun, 1));
 		fl = palloc(sizeof(RingFlight) * Max(nrun, 1));
-		(void) close_claims(nrun, rid, rtok, found, ok, fl);
+		(void) close_claims(nrun, rid, rtok, found, ok, fl, 0);
 		{
 			int			m = 0;
 

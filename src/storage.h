@@ -197,6 +197,7 @@ extern char pgjq_outcome_decide(const PgjqRunningJob *job, int64 retry_in_us, Ti
 								TimestampTz *run_at);
 extern char pgjq_outcome_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 							  TimestampTz now);
+extern char pgjq_outcome_rescue_ring(int64 id, int64 token, TimestampTz now);
 
 /* outcome.c: the outcomes of a worker's cycle (complete_and_claim) */
 extern int64 pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors,

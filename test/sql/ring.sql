@@ -153,10 +153,37 @@ SELECT regress.counts('rq');
 SELECT id AS h2, token AS t2 FROM held WHERE ord = 2 \gset
 SELECT id AS h3, token AS t3 FROM held WHERE ord = 3 \gset
 SELECT id AS h4, token AS t4 FROM held WHERE ord = 4 \gset
--- fail moves the job into pgjq.job, where the table engine retries it
+-- fail closes the claim (one 'f' log row) and writes the retry once, as a
+-- scheduled row of pgjq.job (with the claim's token: promotion appends it
+-- to the ring again after that claim); a rollback changes nothing
+BEGIN;
+SELECT pgjq.fail(:h2, :t2, 'rolled back') AS fail;
+ROLLBACK;
+SELECT state, attempt, last_error FROM pgjq.job(:h2);
 SELECT pgjq.fail(:h2, :t2, 'boom') AS fail;
 SELECT state, attempt, last_error FROM pgjq.job(:h2);
+SELECT state, attempt, token = :t2 AS claims_token, lease_until, last_error
+  FROM pgjq.job WHERE id = :h2;
 SELECT pgjq.fail(:h2, :t2, 'again') AS stale_fail;
+SELECT pgjq.heartbeat(:h2, :t2) IS NULL AS stale_heartbeat;
+-- attempts spent: dead, in the history with its payload and worker
+SELECT pgjq.create_queue('rq_once', max_attempts => 1);
+SELECT pgjq.enqueue('rq_once', '{"n": "once"}', fair_key => 'k') AS once \gset
+SELECT token AS once_tok FROM pgjq.claim('rq_once', 1, worker => 'w-once') \gset
+SELECT pgjq.fail(:once, :once_tok, 'fatal') AS fail;
+SELECT state, attempt, last_error, worker, payload, fair_key FROM pgjq.job(:once);
+SELECT count(*) AS in_pgjq_job FROM pgjq.job WHERE id = :once;
+SELECT pgjq.retry_dead('rq_once') AS redriven;
+SELECT state, attempt FROM pgjq.job(:once);
+-- a rescued ring lease: the same as a failure with 'lease expired'
+SELECT pgjq.enqueue('rq_once', '{"n": "rescued"}') AS resc \gset
+SELECT count(*) AS claimed FROM pgjq.claim('rq_once', 10, lease => '1 ms');
+SELECT pg_sleep(0.01);
+SELECT pgjq.rescue() AS rescued;
+SELECT state, attempt, last_error FROM pgjq.job(:resc);
+SELECT state, attempt, last_error FROM pgjq.job(:once);
+SELECT * FROM pgjq.verify();
+SELECT pgjq.drop_queue('rq_once');
 -- heartbeat: the job stays in the ring (one 'h' log row, nothing moved),
 -- with its worker and the longer lease
 SELECT worker AS worker_before FROM pgjq.job(:h3);
@@ -215,7 +242,8 @@ COMMIT;
 SELECT state, lease_until > now() + interval '179 minutes' AS three_hours FROM pgjq.job(:hb);
 SELECT pgjq.complete(:hb, :hb_tok) AS completed;
 SELECT * FROM pgjq.verify();
--- snooze: scheduled in pgjq.job, the attempt given back
+-- snooze: scheduled in pgjq.job (written once, no running row), the
+-- attempt given back
 SELECT pgjq.snooze(:h4, :t4, '1 hour') AS snoozed;
 SELECT state, attempt FROM pgjq.job(:h4);
 SELECT regress.counts('rq');
