@@ -435,10 +435,19 @@ pgjq_cancel(PG_FUNCTION_ARGS)
 
 	pgjq_arg_not_null(fcinfo, 0, "id");
 	pgjq_storage_begin();
-	/* a ring job, running or ready, moves to pgjq.job first (ring.h) */
-	if (pgjq_ring_move(PG_GETARG_INT64(0), NULL) == PGJQ_RING_NOT_MINE)
-		(void) pgjq_ring_take_ready(PG_GETARG_INT64(0));
-	r = pgjq_storage_cancel(PG_GETARG_INT64(0), GetCurrentTimestamp());
+
+	/*
+	 * a ready ring job ends here; a running one moves to pgjq.job, where its
+	 * cancellation is requested (ring.h)
+	 */
+	if (pgjq_ring_take_ready(PG_GETARG_INT64(0)))
+		r = PGJQ_CANCEL_DONE;
+	/* (a claim it waited for rolled back: ready again) */
+	else if (pgjq_ring_move(PG_GETARG_INT64(0), NULL) == PGJQ_RING_NOT_MINE &&
+			 pgjq_ring_take_ready(PG_GETARG_INT64(0)))
+		r = PGJQ_CANCEL_DONE;
+	else
+		r = pgjq_storage_cancel(PG_GETARG_INT64(0), GetCurrentTimestamp());
 	pgjq_storage_end();
 	PG_RETURN_BOOL(r != PGJQ_CANCEL_NOT_FOUND);
 }

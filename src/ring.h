@@ -117,7 +117,7 @@ extern int	pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, Timestamp
 /* due jobs of ring queues from pgjq.job into the ring (maintenance.c) */
 extern int64 pgjq_ring_promote(TimestampTz now, int limit);
 
-/* a ready ring job moved into pgjq.job as ready (for cancel); false if none */
+/* cancel of a ready ring job: it ends as cancelled; false if none */
 extern bool pgjq_ring_take_ready(int64 id);
 
 /* ring claims whose lease ended before now (at most limit) */

@@ -1853,6 +1853,51 @@ take_closing(RingFlight *f, RingLane *l, const RingPos *p, int64 tok, int32 atte
 	f->state = RF_CLOSING;
 }
 
+static PgjqPlan plan_cancel_ready = {
+	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key,"
+	"                              attempt, max_attempts, token, enqueued_at, finished_at,"
+	"                              worker, last_error, payload)"
+	" VALUES ($1, $2, 'x', $3, coalesce($4, ''), NULL, $5, $6, $7, $8, $9, NULL, $10, NULL)",
+	10, {INT8OID, INT4OID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TEXTOID}
+};
+
+/*
+ * The ready ring job taken by take_closing ends as cancelled: one 'x' log
+ * row closes the claim it was taken with, one history row says so (as a
+ * cancelled job of pgjq.job, without its payload).
+ */
+static void
+cancel_ready(const RingFlight *f)
+{
+	Relation	rel = table_open(body_oid[f->slot], AccessShareLock);
+	TimestampTz now = GetCurrentTimestamp();
+	BodyRow		b;
+	Datum		values[10];
+	char		nulls[11] = "          ";
+
+	body_fetch(rel, f->key.id, (ItemPointer) &f->tid, &b);
+	table_close(rel, NoLock);
+	log_append(f->token, now, 'x', &f->key.id, 1);
+	values[0] = Int64GetDatum(b.id);
+	values[1] = Int32GetDatum(b.queue_id);
+	values[2] = Int16GetDatum(b.priority);
+	values[3] = b.fair_key;
+	nulls[3] = b.fair_key ? ' ' : 'n';
+	/* the attempts made: the body counts the one about to run */
+	values[4] = Int32GetDatum(b.attempt - 1);
+	values[5] = Int32GetDatum(b.max_attempts);
+	values[6] = Int64GetDatum(f->token);
+	values[7] = TimestampTzGetDatum(b.enqueued_at);
+	values[8] = TimestampTzGetDatum(now);
+	values[9] = b.last_error;
+	nulls[9] = b.last_error ? ' ' : 'n';
+	pgjq_history_ensure(now);
+	pgjq_spi_run(&plan_cancel_ready, values, nulls, 0);
+	if (pgjq_jobs_finished_hook)
+		pgjq_jobs_finished_hook(b.queue_id, PGJQ_FINISHED_CANCELLED, 1);
+}
+
 /*
  * take_ready for a job this transaction enqueued and has not published (its
  * body is not visible to this command yet): taken from the pending list as
@@ -1889,7 +1934,7 @@ take_own_ready(int64 id)
 	}
 	LWLockRelease(ring->lock);
 	if (taken)
-		move_to_table(&copy, 'r');
+		cancel_ready(&copy);
 	return taken;
 }
 
@@ -1938,7 +1983,7 @@ pgjq_ring_take_ready(int64 id)
 	}
 	LWLockRelease(ring->lock);
 	if (taken)
-		move_to_table(&copy, 'r');
+		cancel_ready(&copy);
 	return taken;
 }
 

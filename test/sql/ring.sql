@@ -271,6 +271,24 @@ SELECT pgjq.complete(:j6, :j6_tok) AS complete_of_cancelled;
 SELECT state FROM pgjq.job(:j6);
 SELECT regress.counts('rq');
 
+-- what the outcomes write to pgjq.job, the table engine's table: a
+-- heartbeat and the cancel of a ready job nothing, a failure its retry's row
+SELECT min(id) AS w1, max(id) AS w2
+  FROM pgjq.enqueue_many('rq', ARRAY['{"n": "w1"}', '{"n": "w2"}']::jsonb[]) id \gset
+SELECT id = :w1 AS claimed_w1, token AS w1_tok FROM pgjq.claim('rq', 1) \gset
+SELECT :'claimed_w1' AS claimed_w1;
+-- (the pending counts of earlier transactions are flushed first)
+SELECT pg_stat_force_next_flush();
+BEGIN;
+SELECT pgjq.heartbeat(:w1, :w1_tok, '1 hour') IS NOT NULL AS extended;
+SELECT pgjq.cancel(:w2) AS cancelled;
+SELECT pgjq.fail(:w1, :w1_tok, 'boom') AS fail;
+SELECT n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_xact_user_tables
+ WHERE relid = 'pgjq.job'::regclass;
+COMMIT;
+SELECT state, attempt, payload FROM pgjq.job(:w2);
+SELECT regress.counts('rq');
+
 ---------------------------------------------------------------- the table engine's jobs
 -- delayed jobs and jobs with a dedup_key are pgjq.job's; claims look there
 -- first while it may have ready jobs of the queue
