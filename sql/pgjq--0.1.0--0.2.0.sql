@@ -149,10 +149,11 @@ ALTER TABLE pgjq.queue ADD COLUMN engine "char" NOT NULL DEFAULT 'r' CHECK (engi
  * positions from shared memory (ring_shmem.c), so a claim never scans.
  * Every claim call writes one ring_log row (kind 'c': token, lease, ids),
  * every heartbeat one (kind 'h': the claim's token, the new lease, its id),
- * and every call that ends ring claims one row per token (kind 'd' completed,
- * 'f' failed, snoozed or rescued: the job is then a scheduled row of pgjq.job
- * or dead in the history, 'm' moved to pgjq.job for an outcome the table
- * engine applies, 'x' taken out by cancel, purge or drop_queue).  A log row goes to the slot that is
+ * every cancel() of a running job one (kind 'q': the claim's token, when,
+ * its id), and every call that ends ring claims one row per token (kind 'd'
+ * completed, 'f' failed, snoozed or rescued: the job is then a scheduled row
+ * of pgjq.job or dead or cancelled in the history, 'x' cancelled, or taken
+ * out by purge or drop_queue).  A log row goes to the slot that is
  * current when it is written; a slot (body and log together) comes back by
  * TRUNCATE once it is the oldest slot in use and all its jobs are finished.
  * After a start or a crash the first ring call rebuilds shared memory from
@@ -185,7 +186,7 @@ CREATE INDEX ring_body_3_id ON pgjq.ring_body_3 (id);
 CREATE TABLE pgjq.ring_log_0 (
 	token			bigint NOT NULL,
 	at				timestamptz NOT NULL,	/* 'c', 'h': lease end; else: when */
-	kind			"char" NOT NULL CHECK (kind IN ('c', 'h', 'd', 'f', 'm', 'x')),
+	kind			"char" NOT NULL CHECK (kind IN ('c', 'h', 'q', 'd', 'f', 'x')),
 	ids				bigint[] NOT NULL,
 	worker			text	/* 'c': claim's worker argument; NULL costs no byte */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);

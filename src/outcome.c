@@ -363,6 +363,11 @@ pgjq_heartbeat(PG_FUNCTION_ARGS)
 			found = false;
 			lease_until = 0;
 			break;
+		case PGJQ_RING_CANCELLED:
+			/* its cancellation was requested: it ended as cancelled */
+			pgjq_metrics_job_outcome(token, PGJQ_M_NCOUNTERS, now);
+			pgjq_storage_end();
+			PG_RETURN_NULL();
 		default:
 			lease_until = pgjq_storage_heartbeat(id, token, extend_us, now, &found);
 			break;
@@ -437,14 +442,15 @@ pgjq_cancel(PG_FUNCTION_ARGS)
 	pgjq_storage_begin();
 
 	/*
-	 * a ready ring job ends here; a running one moves to pgjq.job, where its
-	 * cancellation is requested (ring.h)
+	 * a ready ring job ends here; a running one gets its cancellation
+	 * requested in the ring (ring.h)
 	 */
 	if (pgjq_ring_take_ready(PG_GETARG_INT64(0)))
 		r = PGJQ_CANCEL_DONE;
+	else if (pgjq_ring_request_cancel(PG_GETARG_INT64(0)))
+		r = PGJQ_CANCEL_REQUESTED;
 	/* (a claim it waited for rolled back: ready again) */
-	else if (pgjq_ring_move(PG_GETARG_INT64(0), NULL) == PGJQ_RING_NOT_MINE &&
-			 pgjq_ring_take_ready(PG_GETARG_INT64(0)))
+	else if (pgjq_ring_take_ready(PG_GETARG_INT64(0)))
 		r = PGJQ_CANCEL_DONE;
 	else
 		r = pgjq_storage_cancel(PG_GETARG_INT64(0), GetCurrentTimestamp());

@@ -8,16 +8,17 @@
  * A queue uses the ring when it was created while the superuser setting
  * pgjq.engine was 'ring' (pgjq.queue.engine = 'r').  Its immediate jobs
  * (no run_at in the future, no dedup_key) live in the ring from enqueue to
- * completion.  Everything else about such a queue's jobs (delayed and
- * deduplicated jobs, retries, snoozes, cancellation of a running job,
- * rescue) is the table engine's (pgjq.job): an outcome other than complete
- * and heartbeat first moves the ring job into pgjq.job as a running row with
- * the same token and lease (pgjq_ring_move), in the caller's transaction,
- * and the table engine applies it from there.  A heartbeat writes one 'h'
- * log row and changes the in-flight entry at commit.  Claims of a ring queue take from
- * the table engine first when it may have ready jobs of the queue (a flag
- * in shared memory, cleared by a claim that found none there), so a retried
- * job never waits behind the ring's backlog.
+ * completion.  A running ring job never leaves the ring: every outcome
+ * closes its claim with one log row ('d' completed, 'f' failed, snoozed or
+ * rescued, 'x' cancelled) and writes the job once where it goes (the
+ * history, or a scheduled row of pgjq.job for a retry or a snooze, which
+ * promotion appends to the ring again when it is due); a heartbeat writes
+ * one 'h' row and a cancellation request one 'q' row, applied to the
+ * in-flight entry at commit.  What stays the table engine's (pgjq.job):
+ * delayed jobs until due, deduplicated jobs, redriven dead jobs, and a
+ * backlog beyond the ring's shared memory.  Claims of a ring queue take
+ * from the table engine first when it may have ready jobs of the queue (a
+ * flag in shared memory, cleared by a claim that found none there).
  *
  * ring_shmem.c owns the shared state and the transaction callbacks;
  * ring_store.c the tables, the rebuild and the operations below.
@@ -87,18 +88,18 @@ extern void pgjq_ring_note_table_claim(int32 queue_id);
 extern int64 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now,
 								bool *handled);
 
-/* pgjq_ring_move: what became of (id, token) */
+/* what became of (id, token) */
 #define PGJQ_RING_NOT_MINE	0	/* not a ring job in flight: ask the table */
 #define PGJQ_RING_STALE		1	/* a ring job, but the token is stale */
-#define PGJQ_RING_MOVED		2	/* now a running row of pgjq.job */
-extern int	pgjq_ring_move(int64 id, const int64 *token);	/* NULL: any claim */
 
 /*
  * Extend the lease of (id, token) to now + extend_us (the queue's lease when
  * negative) if it is a ring job in flight: PGJQ_RING_EXTENDED (*lease_until
- * set), PGJQ_RING_STALE, or PGJQ_RING_NOT_MINE (ask the table engine).
+ * set), PGJQ_RING_CANCELLED (its cancellation was requested: it ended as
+ * cancelled), PGJQ_RING_STALE, or PGJQ_RING_NOT_MINE (ask the table engine).
  */
 #define PGJQ_RING_EXTENDED	3
+#define PGJQ_RING_CANCELLED	5
 
 /*
  * fail (snooze_until 0) or snooze of (id, token) if it is a ring job in
@@ -116,6 +117,12 @@ extern int	pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, Timestamp
 
 /* due jobs of ring queues from pgjq.job into the ring (maintenance.c) */
 extern int64 pgjq_ring_promote(TimestampTz now, int limit);
+
+/*
+ * cancel of a ring job in flight: its cancellation is requested (true); of
+ * a ready one: it ends as cancelled (true); false if it is neither
+ */
+extern bool pgjq_ring_request_cancel(int64 id);
 
 /* cancel of a ready ring job: it ends as cancelled; false if none */
 extern bool pgjq_ring_take_ready(int64 id);

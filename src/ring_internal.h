@@ -13,8 +13,9 @@
  * Where a job is: a producer's pending list (appended, not committed), a
  * lane (committed, claimable), the in-flight table as CLAIMING (claimed by
  * an open transaction), OPEN (claim committed: its token is valid),
- * EXTENDING (open, and an open transaction heartbeats it: its new lease
- * holds from that commit, and rescue and other outcomes wait for it) or
+ * EXTENDING (open, and an open transaction heartbeats it or requests its
+ * cancellation: that holds from its commit, and rescue and other outcomes
+ * wait for it) or
  * CLOSING (an open transaction completes, moves or removes it), or gone (its
  * close committed).  Every move between these happens under the lock, in a
  * call or in a commit or abort callback; the callbacks never allocate and
@@ -116,9 +117,9 @@ typedef enum RingFlightState
 	RF_CLAIMING,				/* claimed by xid, not committed */
 	RF_OPEN,					/* claim committed: the token is valid */
 	RF_CLOSING,					/* completed, moved or removed by xid */
-	RF_EXTENDING				/* open, its lease extended by xid
-								 * (heartbeat): the new lease counts from
-								 * xid's commit */
+	RF_EXTENDING				/* open, its lease extended (heartbeat) or its
+								 * cancellation requested by xid: it holds
+								 * from xid's commit */
 } RingFlightState;
 
 typedef struct RingFlightKey
@@ -139,6 +140,7 @@ typedef struct RingFlight
 	uint16		slot;
 	uint8		state;
 	bool		pending;		/* its enqueue is this claimer's, uncommitted */
+	bool		cancel_requested;	/* cancel() of the running job committed */
 	int32		attempt;
 	int32		queue_id;
 	RingLane   *lane;			/* its running count is one of this entry */
@@ -257,7 +259,9 @@ extern void ring_reserve_dropped(int n);
 extern void ring_note_dropped(const RingPos *p, RingLane *lane);
 extern void ring_note_closed(int64 id, bool was_claiming, bool was_extending);
 extern void ring_reserve_extended(void);
-extern void ring_note_extended(int64 id, int64 token, TimestampTz lease_until, bool was_open);
+extern bool ring_cancel_requested_here(int64 id);
+extern void ring_note_extended(int64 id, int64 token, TimestampTz lease_until, bool was_open,
+							   bool cancel);
 extern bool ring_note_writer(int slot);
 extern bool ring_writing(void);
 extern void ring_note_truncating(int slot);

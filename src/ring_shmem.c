@@ -601,6 +601,7 @@ ring_flight_enter(int64 id)
 	{
 		f->reloc_slot = RING_NO_SLOT;
 		f->claim_slot = RING_NO_SLOT;
+		f->cancel_requested = false;
 	}
 	return f;
 }
@@ -641,9 +642,10 @@ static int	n_drop = 0,
 			max_drop = 0;
 
 /*
- * Leases this transaction extended (heartbeat): the entry is EXTENDING
- * (was_open) or this transaction's own claim, and takes lease_until when
- * this commits; the last extension of a job wins.
+ * Leases this transaction extended (heartbeat) and cancellations it
+ * requested: the entry is EXTENDING (was_open) or this transaction's own
+ * claim, and takes lease_until (the last extension of a job wins) or the
+ * request when this commits.
  */
 typedef struct RingPendingExt
 {
@@ -651,6 +653,7 @@ typedef struct RingPendingExt
 	int64		token;
 	TimestampTz lease_until;
 	bool		was_open;		/* it made the entry EXTENDING */
+	bool		cancel;			/* a cancellation request, not a new lease */
 	int			level;
 } RingPendingExt;
 static RingPendingExt *p_ext = NULL;
@@ -985,6 +988,16 @@ ring_note_closed(int64 id, bool was_claiming, bool was_extending)
 	n_close++;
 }
 
+/* Did this transaction request the cancellation of ring job id? */
+bool
+ring_cancel_requested_here(int64 id)
+{
+	for (int i = 0; i < n_ext; i++)
+		if (p_ext[i].id == id && p_ext[i].cancel)
+			return true;
+	return false;
+}
+
 /* Room for one more extension, before the entry changes. */
 void
 ring_reserve_extended(void)
@@ -994,7 +1007,8 @@ ring_reserve_extended(void)
 
 /* lock held; room reserved by ring_reserve_extended */
 void
-ring_note_extended(int64 id, int64 token, TimestampTz lease_until, bool was_open)
+ring_note_extended(int64 id, int64 token, TimestampTz lease_until, bool was_open,
+				   bool cancel)
 {
 	RingPendingExt *e = &p_ext[n_ext++];
 
@@ -1002,6 +1016,7 @@ ring_note_extended(int64 id, int64 token, TimestampTz lease_until, bool was_open
 	e->token = token;
 	e->lease_until = lease_until;
 	e->was_open = was_open;
+	e->cancel = cancel;
 	e->level = GetCurrentTransactionNestLevel();
 }
 
@@ -1389,7 +1404,10 @@ xact_callback(XactEvent event, void *arg)
 				if (f == NULL || f->token != p_ext[i].token ||
 					!(f->state == RF_OPEN || f->state == RF_EXTENDING))
 					continue;	/* closed here after its heartbeat */
-				f->lease_until = p_ext[i].lease_until;
+				if (p_ext[i].cancel)
+					f->cancel_requested = true;
+				else
+					f->lease_until = p_ext[i].lease_until;
 				if (f->state == RF_EXTENDING)
 				{
 					f->state = RF_OPEN;

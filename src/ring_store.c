@@ -22,8 +22,9 @@
  * Versions and the rebuild: a job's claim is the largest token logged for
  * its id ('c' rows, and every closing row, which implies its claim) that is
  * above the after_token of the job's newest body.  No such claim: ready.
- * That claim closed ('d', 'm' or 'x'): finished.  Otherwise in flight until
- * the lease of its 'c' row: a job leased before a crash is not handed to
+ * That claim closed ('d', 'f' or 'x'): finished.  Otherwise in flight until
+ * the latest lease of its 'c' and 'h' rows ('q': its cancellation was
+ * requested): a job leased before a crash is not handed to
  * anyone else before that lease ends.  The rebuild scans the live slots in
  * full (about 1.5 microseconds per live body row, bench/spike/README.md) at
  * the first ring call of a database after a start, under ExclusiveLock on
@@ -388,7 +389,8 @@ typedef struct BodyRow
 	TimestampTz run_at;			/* 0: enqueued_at */
 } BodyRow;
 
-static bool standby_job(int64 id, char *state, TimestampTz *lease, char **worker, BodyRow *b);
+static bool standby_job(int64 id, char *state, TimestampTz *lease, char **worker, bool *cancel,
+						BodyRow *b);
 
 static void
 body_values(const BodyRow *b, Datum *values, bool *nulls)
@@ -599,7 +601,7 @@ log_append_to(int s, int64 token, TimestampTz at, char kind, const int64 *ids, i
 	table_close(rel, NoLock);
 }
 
-/* One ring_log row of a close ('d', 'm', 'x') into the current slot. */
+/* One ring_log row into the current slot (all kinds but claims). */
 static void
 log_append(int64 token, TimestampTz at, char kind, const int64 *ids, int n)
 {
@@ -1352,6 +1354,70 @@ require_for_ring_jobs(int n, const int64 *ids)
 			pgjq_ring_require();
 }
 
+/*
+ * One row of the history for a ring job that ends other than by completing
+ * (dead, or cancelled: without its payload, as pgjq.job's jobs end), and the
+ * jobs-finished hook.  The caller closed its claim.
+ */
+static PgjqPlan plan_history_one = {
+	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key,"
+	"                              attempt, max_attempts, token, enqueued_at, finished_at,"
+	"                              worker, last_error, payload)"
+	" VALUES ($1, $2, $3, $4, coalesce($5, ''), NULL, $6, $7, $8, $9, $10, $11, $12, $13)",
+	13, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}
+};
+
+static void
+history_one(const BodyRow *b, char state, int32 attempt, int64 token, const char *worker,
+			Datum last_error, TimestampTz now)
+{
+	Datum		values[13];
+	char		nulls[14] = "             ";
+
+	values[0] = Int64GetDatum(b->id);
+	values[1] = Int32GetDatum(b->queue_id);
+	values[2] = CharGetDatum(state);
+	values[3] = Int16GetDatum(b->priority);
+	values[4] = b->fair_key;
+	nulls[4] = b->fair_key ? ' ' : 'n';
+	values[5] = Int32GetDatum(attempt);
+	values[6] = Int32GetDatum(b->max_attempts);
+	values[7] = Int64GetDatum(token);
+	values[8] = TimestampTzGetDatum(b->enqueued_at);
+	values[9] = TimestampTzGetDatum(now);
+	values[10] = worker ? CStringGetTextDatum(worker) : (Datum) 0;
+	nulls[10] = worker ? ' ' : 'n';
+	values[11] = last_error;
+	nulls[11] = last_error ? ' ' : 'n';
+	/* a dead job keeps its payload for retry_dead */
+	values[12] = b->payload;
+	nulls[12] = state == PGJQ_FINISHED_DEAD ? ' ' : 'n';
+	pgjq_history_ensure(now);
+	pgjq_spi_run(&plan_history_one, values, nulls, 0);
+	if (pgjq_jobs_finished_hook)
+		pgjq_jobs_finished_hook(b->queue_id, state, 1);
+}
+
+/* The body of a closed in-flight job, and its claim's worker. */
+static void
+closed_body(const RingFlight *f, BodyRow *b, char **worker)
+{
+	Relation	rel = table_open(body_oid[f->slot], AccessShareLock);
+
+	body_fetch(rel, f->key.id, (ItemPointer) &f->tid, b);
+	table_close(rel, NoLock);
+	*worker = claim_worker(f->claim_slot, (ItemPointer) &f->claim_tid, f->token);
+}
+
+/* limits.c counted the claim's job running; the lane lives while it closes */
+static void
+left_running(const RingFlight *f)
+{
+	if (pgjq_left_running_hook)
+		pgjq_left_running_hook(f->queue_id, NULL, ring_limits_hash(f->lane->key.keyhash), 1);
+}
+
 int64
 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *handled)
 {
@@ -1397,6 +1463,24 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 			m++;
 		}
 	log_closes('d', now, nok, cid, ctok);
+
+	/*
+	 * a job whose cancellation was requested ends as cancelled, and does not
+	 * count as completed (as in pgjq.job)
+	 */
+	for (int i = 0; i < n; i++)
+		if (ok[i] && fl[i].cancel_requested)
+		{
+			BodyRow		b;
+			char	   *worker;
+
+			closed_body(&fl[i], &b, &worker);
+			history_one(&b, PGJQ_FINISHED_CANCELLED, b.attempt, fl[i].token, worker,
+						b.last_error, now);
+			left_running(&fl[i]);
+			ok[i] = false;
+			nok--;
+		}
 
 	/* the history: one job_done row per queue */
 	pgjq_history_ensure(now);
@@ -1458,85 +1542,6 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 	return nok;
 }
 
-static PgjqPlan plan_move = {
-	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
-	"                      max_attempts, token, enqueued_at, run_at, lease_until, worker,"
-	"                      last_error, cancel_requested, payload)"
-	" VALUES ($1, $2, $3, $4, coalesce($5, ''), NULL, $6, $7, $8, $9, coalesce($14, $9), $10,"
-	"         $12, $13, false, $11)",
-	14, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID}
-};
-
-/* The closed ring job as a pgjq.job row (state 'a' running or 'r' ready). */
-static void
-move_to_table(const RingFlight *f, char state)
-{
-	Relation	rel = table_open(body_oid[f->slot], AccessShareLock);
-	BodyRow		b;
-	Datum		values[14];
-	char		nulls[15] = "              ";
-	char	   *worker = state == 'a' ? claim_worker(f->claim_slot, (ItemPointer) &f->claim_tid,
-													 f->token) : NULL;
-
-	body_fetch(rel, f->key.id, (ItemPointer) &f->tid, &b);
-	table_close(rel, NoLock);
-	log_append(f->token, GetCurrentTimestamp(), 'm', &f->key.id, 1);
-	values[0] = Int64GetDatum(b.id);
-	values[1] = Int32GetDatum(b.queue_id);
-	values[2] = CharGetDatum(state);
-	values[3] = Int16GetDatum(b.priority);
-	values[4] = b.fair_key;
-	nulls[4] = b.fair_key == (Datum) 0 ? 'n' : ' ';
-	/* pgjq.job counts attempts made: a ready row's claim adds this one */
-	values[5] = Int32GetDatum(state == 'a' ? b.attempt : b.attempt - 1);
-	values[6] = Int32GetDatum(b.max_attempts);
-	values[7] = Int64GetDatum(f->token);
-	values[8] = TimestampTzGetDatum(b.enqueued_at);
-	values[9] = TimestampTzGetDatum(f->lease_until);
-	nulls[9] = state == 'a' ? ' ' : 'n';
-	values[10] = b.payload;
-	values[11] = worker ? CStringGetTextDatum(worker) : (Datum) 0;
-	nulls[11] = worker ? ' ' : 'n';
-	values[12] = b.last_error;
-	nulls[12] = b.last_error ? ' ' : 'n';
-	values[13] = TimestampTzGetDatum(b.run_at);
-	nulls[13] = b.run_at ? ' ' : 'n';
-	pgjq_spi_run(&plan_move, values, nulls, 0);
-
-	/*
-	 * A running job stays one of the queue's running jobs for limits.c (its
-	 * claim counted it); the table engine's outcome counts it down.  A ready
-	 * one makes the table engine worth asking again.
-	 */
-	if (state != 'a')
-		ring_note_table_touch(b.queue_id, false);
-}
-
-int
-pgjq_ring_move(int64 id, const int64 *token)
-{
-	bool		found,
-				ok;
-	RingFlight	f;
-	int64		tok;
-
-	require_for_ring_jobs(1, &id);
-	if (ring == NULL)
-		return PGJQ_RING_NOT_MINE;
-	/* 0 means any claim to close_claims; tokens are positive */
-	tok = token == NULL ? 0 : (*token == 0 ? -1 : *token);
-	if (!ensure_ready(false) || !any_in_flight(1, &id))
-		return PGJQ_RING_NOT_MINE;
-	(void) close_claims(1, &id, &tok, &found, &ok, &f, 0);
-	if (!found)
-		return PGJQ_RING_NOT_MINE;
-	if (!ok)
-		return PGJQ_RING_STALE;
-	move_to_table(&f, 'a');
-	return PGJQ_RING_MOVED;
-}
-
 static PgjqPlan plan_queue_backoff = {
 	"SELECT backoff_base, backoff_max FROM pgjq.queue WHERE queue_id = $1",
 	1, {INT4OID}
@@ -1553,27 +1558,18 @@ static PgjqPlan plan_fail_schedule = {
 	TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}
 };
 
-/* attempts spent: dead, in the history with its payload (for retry_dead) */
-static PgjqPlan plan_fail_dead = {
-	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key,"
-	"                              attempt, max_attempts, token, enqueued_at, finished_at,"
-	"                              worker, last_error, payload)"
-	" VALUES ($1, $2, 'd', $3, coalesce($4, ''), NULL, $5, $6, $7, $8, $9, $10, $11, $12)",
-	12, {INT8OID, INT4OID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}
-};
-
 /*
  * fail, snooze and rescue of a ring job in flight, without moving it first:
  * the claim is closed (one 'f' log row) and the job written once where it
  * goes, a scheduled row of pgjq.job (retry or snooze: promotion appends it
- * to the ring again when it is due) or a dead row of the history.
- * snooze_until != 0: a snooze (the attempt is given back, the error kept);
- * else a failure with error, decided by pgjq_outcome_decide (retry_in_us <
- * 0: the queue's backoff).  lease_before != 0 (rescue): only if the lease
- * still ends before it.  Returns PGJQ_RING_NOT_MINE, PGJQ_RING_STALE, or
- * PGJQ_RING_FAILED with *outcome ('s' scheduled, PGJQ_FINISHED_DEAD) and
- * for 's' *run_at.
+ * to the ring again when it is due) or the history (dead, or cancelled when
+ * its cancellation was requested).  snooze_until != 0: a snooze (the
+ * attempt is given back, the error kept); else a failure with error,
+ * decided by pgjq_outcome_decide (retry_in_us < 0: the queue's backoff).
+ * lease_before != 0 (rescue): only if the lease still ends before it.
+ * Returns PGJQ_RING_NOT_MINE, PGJQ_RING_STALE, or PGJQ_RING_FAILED with
+ * *outcome ('s' scheduled, PGJQ_FINISHED_DEAD or PGJQ_FINISHED_CANCELLED)
+ * and for 's' *run_at.
  */
 int
 pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
@@ -1584,13 +1580,10 @@ pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 				ok;
 	RingFlight	f;
 	int64		tok = token == 0 ? -1 : token;
-	Relation	rel;
 	BodyRow		b;
 	char	   *worker;
 	int32		attempt;
 	Datum		last_error;
-	Datum		values[12];
-	char		nulls[13] = "            ";
 	char		r;
 
 	require_for_ring_jobs(1, &id);
@@ -1602,13 +1595,10 @@ pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 	if (!ok)
 		return PGJQ_RING_STALE;
 
-	rel = table_open(body_oid[f.slot], AccessShareLock);
-	body_fetch(rel, id, &f.tid, &b);
-	table_close(rel, NoLock);
-	worker = claim_worker(f.claim_slot, &f.claim_tid, f.token);
+	closed_body(&f, &b, &worker);
 	if (snooze_until != 0)
 	{
-		r = 's';
+		r = f.cancel_requested ? PGJQ_FINISHED_CANCELLED : 's';
 		*run_at = snooze_until;
 		attempt = b.attempt - 1;
 		last_error = b.last_error;
@@ -1624,8 +1614,7 @@ pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 		job.token = f.token;
 		job.attempt = b.attempt;
 		job.max_attempts = b.max_attempts;
-		/* a ring job in flight has none: cancel moves a running one out */
-		job.cancel_requested = false;
+		job.cancel_requested = f.cancel_requested;
 		job.backoff_base_us = SPI_processed == 0 ? 0 :
 			pgjq_interval_usec(DatumGetIntervalP(pgjq_spi_get(0, 1, &isnull)));
 		job.backoff_max_us = SPI_processed == 0 ? 0 :
@@ -1634,36 +1623,35 @@ pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 		attempt = b.attempt;
 		last_error = error ? CStringGetTextDatum(error) : b.last_error;
 	}
+	/* a cancelled snooze keeps the attempt it ran, as pgjq.job's */
+	if (r == PGJQ_FINISHED_CANCELLED)
+		attempt = b.attempt;
 	log_append(f.token, now, 'f', &id, 1);
-
-	values[0] = Int64GetDatum(id);
-	values[1] = Int32GetDatum(b.queue_id);
-	values[2] = Int16GetDatum(b.priority);
-	values[3] = b.fair_key;
-	nulls[3] = b.fair_key ? ' ' : 'n';
-	values[4] = Int32GetDatum(attempt);
-	values[5] = Int32GetDatum(b.max_attempts);
-	values[6] = Int64GetDatum(f.token);
-	values[7] = TimestampTzGetDatum(b.enqueued_at);
-	values[8] = TimestampTzGetDatum(r == 's' ? *run_at : now);
-	values[9] = worker ? CStringGetTextDatum(worker) : (Datum) 0;
-	nulls[9] = worker ? ' ' : 'n';
-	values[10] = last_error;
-	nulls[10] = last_error ? ' ' : 'n';
-	values[11] = b.payload;
 	if (r == 's')
-		pgjq_spi_run(&plan_fail_schedule, values, nulls, 0);
-	else
 	{
-		Assert(r == PGJQ_FINISHED_DEAD);
-		pgjq_history_ensure(now);
-		pgjq_spi_run(&plan_fail_dead, values, nulls, 0);
-		if (pgjq_jobs_finished_hook)
-			pgjq_jobs_finished_hook(b.queue_id, r, 1);
+		Datum		values[12];
+		char		nulls[13] = "            ";
+
+		values[0] = Int64GetDatum(id);
+		values[1] = Int32GetDatum(b.queue_id);
+		values[2] = Int16GetDatum(b.priority);
+		values[3] = b.fair_key;
+		nulls[3] = b.fair_key ? ' ' : 'n';
+		values[4] = Int32GetDatum(attempt);
+		values[5] = Int32GetDatum(b.max_attempts);
+		values[6] = Int64GetDatum(f.token);
+		values[7] = TimestampTzGetDatum(b.enqueued_at);
+		values[8] = TimestampTzGetDatum(*run_at);
+		values[9] = worker ? CStringGetTextDatum(worker) : (Datum) 0;
+		nulls[9] = worker ? ' ' : 'n';
+		values[10] = last_error;
+		nulls[10] = last_error ? ' ' : 'n';
+		values[11] = b.payload;
+		pgjq_spi_run(&plan_fail_schedule, values, nulls, 0);
 	}
-	/* limits.c counted it at its claim; the lane lives while it is CLOSING */
-	if (pgjq_left_running_hook)
-		pgjq_left_running_hook(b.queue_id, NULL, ring_limits_hash(f.lane->key.keyhash), 1);
+	else
+		history_one(&b, r, attempt, f.token, worker, last_error, now);
+	left_running(&f);
 	*outcome = r;
 	return PGJQ_RING_FAILED;
 }
@@ -1674,10 +1662,58 @@ static PgjqPlan plan_queue_lease = {
 };
 
 /*
+ * Lock held: wait until no other open transaction claims, closes or extends
+ * the in-flight entry of id whose token is token (0: any), and return it
+ * (NULL: none; the lock is held again).
+ */
+static RingFlight *
+flight_settled(int64 id, int64 token, TransactionId xid)
+{
+	for (;;)
+	{
+		RingFlight *f = ring_flight_find(id);
+		TransactionId other;
+
+		if (f == NULL || f->xid == xid || f->state == RF_OPEN ||
+			(token != 0 && f->token != token))
+			return f;
+		other = f->xid;
+		LWLockRelease(ring->lock);
+		XactLockTableWait(other, NULL, NULL, XLTW_None);
+		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	}
+}
+
+/*
+ * End (id, token), a ring job in flight whose cancellation was requested,
+ * as cancelled (heartbeat's way of answering it).  False if it was not
+ * closed here (stale meanwhile).
+ */
+static bool
+finish_cancelled(int64 id, int64 token, TimestampTz now)
+{
+	bool		found,
+				ok;
+	RingFlight	f;
+	BodyRow		b;
+	char	   *worker;
+
+	(void) close_claims(1, &id, &token, &found, &ok, &f, 0);
+	if (!ok)
+		return false;
+	closed_body(&f, &b, &worker);
+	log_append(f.token, now, 'x', &id, 1);
+	history_one(&b, PGJQ_FINISHED_CANCELLED, b.attempt, f.token, worker, b.last_error, now);
+	left_running(&f);
+	return true;
+}
+
+/*
  * Heartbeat of a ring job in flight: the entry becomes EXTENDING (rescue and
  * the other outcomes of its claim wait for this transaction) and takes the
  * new lease when this commits; one 'h' log row (token, new lease, id) makes
- * it durable.  Nothing moves, nothing is updated.
+ * it durable.  Nothing moves, nothing is updated.  A job whose cancellation
+ * was requested ends as cancelled instead (PGJQ_RING_CANCELLED).
  */
 int
 pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now,
@@ -1719,29 +1755,19 @@ pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now,
 	xid = GetTopTransactionId();
 	ring_reserve_extended();
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
-	for (;;)
-	{
-		TransactionId other;
-
-		f = ring_flight_find(id);
-		if (f == NULL || f->xid == xid || f->state == RF_OPEN || f->token != token)
-			break;
-		/* claimed, closed or heartbeated by another open transaction */
-		other = f->xid;
-		LWLockRelease(ring->lock);
-		XactLockTableWait(other, NULL, NULL, XLTW_None);
-		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
-	}
+	f = flight_settled(id, token, xid);
 	if (f == NULL || (f->state == RF_CLOSING && f->xid == xid))
 		r = PGJQ_RING_NOT_MINE; /* as close_claims: the table engine answers */
 	else if (f->token != token)
 		r = PGJQ_RING_STALE;
+	else if (f->cancel_requested)
+		r = PGJQ_RING_CANCELLED;
 	else
 	{
 		bool		was_open = f->state == RF_OPEN;
 
 		Assert(was_open || f->xid == xid);
-		ring_note_extended(id, token, *lease_until, was_open);
+		ring_note_extended(id, token, *lease_until, was_open, false);
 		if (was_open)
 		{
 			f->state = RF_EXTENDING;
@@ -1752,7 +1778,55 @@ pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now,
 	LWLockRelease(ring->lock);
 	if (r == PGJQ_RING_EXTENDED)
 		log_append(token, *lease_until, 'h', &id, 1);
+	else if (r == PGJQ_RING_CANCELLED && !finish_cancelled(id, token, now))
+		r = PGJQ_RING_STALE;
 	return r;
+}
+
+/*
+ * cancel() of a ring job in flight: its cancellation is requested (one 'q'
+ * log row; the entry takes it when this commits, EXTENDING until then), and
+ * its holder's next outcome or heartbeat ends it as cancelled.  False if id
+ * is no ring job in flight.
+ */
+bool
+pgjq_ring_request_cancel(int64 id)
+{
+	TransactionId xid;
+	RingFlight *f;
+	int64		token = 0;
+	bool		mine = false;
+
+	require_for_ring_jobs(1, &id);
+	if (ring == NULL || !ensure_ready(false) || !any_in_flight(1, &id))
+		return false;
+	xid = GetTopTransactionId();
+	ring_reserve_extended();
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	f = flight_settled(id, 0, xid);
+	/* one this transaction closed is no ring job for it (close_claims) */
+	if (f != NULL && !(f->state == RF_CLOSING && f->xid == xid))
+	{
+		bool		was_open = f->state == RF_OPEN;
+
+		mine = true;
+		token = f->token;
+		if (!f->cancel_requested)
+		{
+			ring_note_extended(id, token, f->lease_until, was_open, true);
+			if (was_open)
+			{
+				f->state = RF_EXTENDING;
+				f->xid = xid;
+			}
+		}
+		else
+			token = 0;			/* requested before: nothing to write */
+	}
+	LWLockRelease(ring->lock);
+	if (token != 0)
+		log_append(token, GetCurrentTimestamp(), 'q', &id, 1);
+	return mine;
 }
 
 /*
@@ -1853,15 +1927,6 @@ take_closing(RingFlight *f, RingLane *l, const RingPos *p, int64 tok, int32 atte
 	f->state = RF_CLOSING;
 }
 
-static PgjqPlan plan_cancel_ready = {
-	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key,"
-	"                              attempt, max_attempts, token, enqueued_at, finished_at,"
-	"                              worker, last_error, payload)"
-	" VALUES ($1, $2, 'x', $3, coalesce($4, ''), NULL, $5, $6, $7, $8, $9, NULL, $10, NULL)",
-	10, {INT8OID, INT4OID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TEXTOID}
-};
-
 /*
  * The ready ring job taken by take_closing ends as cancelled: one 'x' log
  * row closes the claim it was taken with, one history row says so (as a
@@ -1873,29 +1938,12 @@ cancel_ready(const RingFlight *f)
 	Relation	rel = table_open(body_oid[f->slot], AccessShareLock);
 	TimestampTz now = GetCurrentTimestamp();
 	BodyRow		b;
-	Datum		values[10];
-	char		nulls[11] = "          ";
 
 	body_fetch(rel, f->key.id, (ItemPointer) &f->tid, &b);
 	table_close(rel, NoLock);
 	log_append(f->token, now, 'x', &f->key.id, 1);
-	values[0] = Int64GetDatum(b.id);
-	values[1] = Int32GetDatum(b.queue_id);
-	values[2] = Int16GetDatum(b.priority);
-	values[3] = b.fair_key;
-	nulls[3] = b.fair_key ? ' ' : 'n';
 	/* the attempts made: the body counts the one about to run */
-	values[4] = Int32GetDatum(b.attempt - 1);
-	values[5] = Int32GetDatum(b.max_attempts);
-	values[6] = Int64GetDatum(f->token);
-	values[7] = TimestampTzGetDatum(b.enqueued_at);
-	values[8] = TimestampTzGetDatum(now);
-	values[9] = b.last_error;
-	nulls[9] = b.last_error ? ' ' : 'n';
-	pgjq_history_ensure(now);
-	pgjq_spi_run(&plan_cancel_ready, values, nulls, 0);
-	if (pgjq_jobs_finished_hook)
-		pgjq_jobs_finished_hook(b.queue_id, PGJQ_FINISHED_CANCELLED, 1);
+	history_one(&b, PGJQ_FINISHED_CANCELLED, b.attempt - 1, f->token, NULL, b.last_error, now);
 }
 
 /*
@@ -2020,6 +2068,7 @@ typedef struct Straggler
 	TimestampTz lease_until;
 	ItemPointerData claim_tid;	/* in flight: its claim row (then the copy's) */
 	uint16		claim_slot;
+	bool		cancel;			/* in flight: its cancellation was requested */
 } Straggler;
 
 /*
@@ -2105,6 +2154,7 @@ relocate(int limit)
 			st[n].lease_until = f->lease_until;
 			st[n].claim_tid = f->claim_tid;
 			st[n].claim_slot = f->claim_slot;
+			st[n].cancel = f->cancel_requested;
 			n++;
 			nflight++;
 			if (n == limit)
@@ -2155,6 +2205,10 @@ relocate(int limit)
 			if (st[j].token == st[i].token && st[j].lease_until == st[i].lease_until)
 				st[j].claim_tid = ctid;
 	}
+	/* and the cancellation requests, whose 'q' rows go with the old slot too */
+	for (int i = n - nflight; i < n; i++)
+		if (st[i].cancel)
+			log_append_to(s, st[i].token, now, 'q', &st[i].id, 1, NULL, NULL);
 
 	ring_reserve_relocated(n);
 	for (int i = 0; i < n; i++)
@@ -2463,6 +2517,7 @@ typedef struct RbClaim
 	TimestampTz lease_until;	/* of that claim's 'c' row; 0 if none */
 	uint8		cslots;			/* bit s: slot s has that 'c' row */
 	ItemPointerData ctids[RING_NSLOTS]; /* where, by slot */
+	bool		cancel;			/* its cancellation was requested */
 } RbClaim;
 
 typedef struct RbPair
@@ -2616,7 +2671,11 @@ scan_tables(RbScan *sc, bool latest)
 					c->token = token;
 					c->lease_until = 0;
 					c->cslots = 0;
+					c->cancel = false;
 				}
+				/* a cancellation request ('q') of the claim of its token */
+				if (kind == 'q' && c->token == token)
+					c->cancel = true;
 
 				/*
 				 * A heartbeat ('h') extends the claim of its token; rows are
@@ -2631,7 +2690,7 @@ scan_tables(RbScan *sc, bool latest)
 					c->cslots |= 1 << s;
 					c->ctids[s] = tup->t_self;
 				}
-				if (kind != 'c' && kind != 'h')
+				if (kind != 'c' && kind != 'h' && kind != 'q')
 				{
 					RbPair		k = {ids[i], token};
 
@@ -2796,6 +2855,7 @@ rebuild(void)
 			}
 			f->token = c->token;
 			f->pending = false;
+			f->cancel_requested = c->cancel;
 			/* a claim whose 'c' row is gone (cannot happen): expired now */
 			f->lease_until = c->lease_until;
 			f->enqueued_at = b->enqueued_at;
@@ -2905,6 +2965,7 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 	bool		nulls[16];
 	char	   *qname = NULL;
 	char	   *worker = NULL;
+	bool		cancel = false;
 	bool		live;
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -2919,7 +2980,7 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 		 */
 		char		st;
 
-		if (standby_job(id, &st, &lease, &worker, &b))
+		if (standby_job(id, &st, &lease, &worker, &cancel, &b))
 		{
 			ready = st == 'r';
 			running = st == 'a';
@@ -2940,6 +3001,10 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 		{
 			running = true;
 			lease = f->lease_until;
+			/* as committed, and to the transaction that requested it */
+			cancel = f->cancel_requested ||
+				(f->state == RF_EXTENDING && f->xid == GetTopTransactionIdIfAny() &&
+				 ring_cancel_requested_here(id));
 			ctoken = f->token;
 			cslot = f->claim_slot;
 			ctid = f->claim_tid;
@@ -3024,7 +3089,7 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 			values[13] = CStringGetTextDatum(worker);
 			nulls[13] = false;
 		}
-		values[15] = BoolGetDatum(false);
+		values[15] = BoolGetDatum(running && cancel);
 		nulls[15] = false;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		MemoryContextSwitchTo(old);
@@ -3130,6 +3195,7 @@ typedef struct VerifyMem
 	int64		token;
 	int			slot;			/* the slot of the body it points to */
 	ItemPointerData tid;
+	bool		cancel;			/* in flight: its cancellation was requested */
 } VerifyMem;
 
 static void
@@ -3215,6 +3281,7 @@ verify_once(PgjqVerifyRow **rows)
 				m = hash_search(mem, &ring->nodes[k].p.id, HASH_ENTER, NULL);
 				m->state = 'r';
 				m->token = 0;
+				m->cancel = false;
 				m->slot = ring->nodes[k].p.slot;
 				m->tid = ring->nodes[k].p.tid;
 			}
@@ -3228,6 +3295,7 @@ verify_once(PgjqVerifyRow **rows)
 			/* an open transaction's claim is still ready in the tables */
 			m->state = f->state == RF_CLAIMING ? 'r' : 'a';
 			m->token = f->token;
+			m->cancel = f->cancel_requested;
 			m->slot = f->slot;
 			m->tid = f->tid;
 		}
@@ -3260,6 +3328,10 @@ verify_once(PgjqVerifyRow **rows)
 		else if (m != NULL && (m->state != st || m->token != tok))
 			verify_add(rows, &n, &max, object, state_name(st, tok),
 					   state_name(m->state, m->token));
+		else if (m != NULL && st == 'a' && m->cancel != c->cancel)
+			verify_add(rows, &n, &max, object,
+					   c->cancel ? "cancellation requested" : "no cancellation requested",
+					   m->cancel ? "cancellation requested" : "no cancellation requested");
 		if (m != NULL)
 			hash_search(mem, &b->id, HASH_REMOVE, NULL);
 	}
@@ -3326,7 +3398,8 @@ tables_known(void)
  * rebuild would).  False when the ring holds no body of the job.
  */
 static bool
-standby_job(int64 id, char *state, TimestampTz *lease, char **worker, BodyRow *b)
+standby_job(int64 id, char *state, TimestampTz *lease, char **worker, bool *cancel,
+			BodyRow *b)
 {
 	int			slot;
 	ItemPointerData tid;
@@ -3338,6 +3411,7 @@ standby_job(int64 id, char *state, TimestampTz *lease, char **worker, BodyRow *b
 		return false;
 	*lease = 0;
 	*worker = NULL;
+	*cancel = false;
 	snap = RegisterSnapshot(read_snapshot(false));
 	for (int s = 0; s < RING_NSLOTS; s++)
 	{
@@ -3369,8 +3443,11 @@ standby_job(int64 id, char *state, TimestampTz *lease, char **worker, BodyRow *b
 					closed = false;
 					*lease = 0;
 					*worker = NULL;
+					*cancel = false;
 				}
-				if (token == maxtok && kind != 'c' && kind != 'h')
+				if (token == maxtok && kind == 'q')
+					*cancel = true;
+				if (token == maxtok && kind != 'c' && kind != 'h' && kind != 'q')
 					closed = true;
 				if (token == maxtok && (kind == 'c' || kind == 'h'))
 				{

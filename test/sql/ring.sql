@@ -264,11 +264,32 @@ SELECT count(*) AS claimed FROM pgjq.claim('rq', 10) WHERE id = :j8;
 ROLLBACK;
 SELECT count(*) AS after_rollback FROM pgjq.job(:j8);
 SELECT * FROM pgjq.verify();
--- a running one gets its cancellation requested
+-- a running one gets its cancellation requested, in the ring (one 'q' log
+-- row); a rollback takes the request back; its holder's completion ends it
+-- as cancelled
+BEGIN;
 SELECT pgjq.cancel(:j6) AS requested;
 SELECT state, cancel_requested FROM pgjq.job(:j6);
+ROLLBACK;
+SELECT state, cancel_requested FROM pgjq.job(:j6);
+SELECT pgjq.cancel(:j6) AS requested;
+SELECT pgjq.cancel(:j6) AS requested_again;
+SELECT state, cancel_requested FROM pgjq.job(:j6);
+SELECT count(*) AS in_pgjq_job FROM pgjq.job WHERE id = :j6;
 SELECT pgjq.complete(:j6, :j6_tok) AS complete_of_cancelled;
-SELECT state FROM pgjq.job(:j6);
+SELECT state, attempt, worker FROM pgjq.job(:j6);
+-- so do its holder's heartbeat (NULL), fail and snooze (stale)
+SELECT min(id) AS c1, max(id) AS c3
+  FROM pgjq.enqueue_many('rq', ARRAY['{"n": "c1"}', '{"n": "c2"}', '{"n": "c3"}']::jsonb[]) id \gset
+CREATE TEMP TABLE cx AS SELECT id, token FROM pgjq.claim('rq', 3, worker => 'w-cx');
+SELECT count(*) AS requested FROM cx, pgjq.cancel(cx.id) r WHERE r;
+SELECT pgjq.heartbeat(id, token) IS NULL AS heartbeat FROM cx WHERE id = :c1;
+SELECT pgjq.fail(id, token, 'failed anyway') AS fail FROM cx WHERE id = :c1 + 1;
+SELECT pgjq.snooze(id, token, '1 hour') AS snooze FROM cx WHERE id = :c3;
+SELECT j.id - :c1 AS job, j.state, j.attempt, j.last_error, j.worker
+  FROM cx, pgjq.job(cx.id) j ORDER BY 1;
+SELECT count(*) AS in_pgjq_job FROM pgjq.job WHERE id BETWEEN :c1 AND :c3;
+SELECT * FROM pgjq.verify();
 SELECT regress.counts('rq');
 
 -- what the outcomes write to pgjq.job, the table engine's table: a
@@ -440,6 +461,9 @@ SELECT id AS long, token AS long_tok FROM pgjq.claim('rq', 1, lease => '1 day', 
 -- its heartbeat's 'h' row is written into the current slot, its claim row
 -- stays in the oldest: the relocation writes that one again, with the lease
 SELECT pgjq.heartbeat(:long, :long_tok, '2 days') IS NOT NULL AS extended;
+-- and its cancellation is requested: the 'q' row is written again too
+-- (verify() compares the request in shared memory with the rows)
+SELECT pgjq.cancel(:long) AS cancel_requested;
 SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
 SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{}'::jsonb, ARRAY[4]));
 SELECT count(*) AS completed FROM pgjq.claim('rq', 10) c, pgjq.complete(c.id, c.token) ok WHERE ok;
@@ -474,7 +498,8 @@ SELECT * FROM pgjq.verify();
 -- both kept their state: the running one its token, lease and worker (read
 -- from the claim row the relocation wrote again: the first one went with its
 -- slot), the ready one its place
-SELECT state, attempt, lease_until > now() + '47 hours' AS long_lease, worker FROM pgjq.job(:long);
+SELECT state, attempt, lease_until > now() + '47 hours' AS long_lease, worker, cancel_requested
+  FROM pgjq.job(:long);
 SELECT state FROM pgjq.job(:slow);
 SELECT pgjq.heartbeat(:long, :long_tok + 1) AS stale_heartbeat;
 SELECT pgjq.complete(:long, :long_tok) AS completed;

@@ -87,6 +87,17 @@ is( $standby->safe_psql(
 		"SELECT state || ' ' || (lease_until = '$hb_until'::timestamptz) FROM pgjq.job($run_id)"),
 	'running true',
 	'standby: a heartbeated ring job has the heartbeat\'s lease');
+# a cancellation requested on the primary: its 'q' log row tells the standby
+my ($cx_id, $cx_tok) = split /\|/, $primary->safe_psql(
+	'postgres', q{
+SELECT pgjq.create_queue('rx', lease => '1 hour');
+SELECT pgjq.enqueue('rx') IS NOT NULL;
+SELECT c.id, c.token FROM pgjq.claim('rx', 1) c, pgjq.cancel(c.id) x;
+});
+$cx_id = (split /\n/, $cx_id)[-1];
+$primary->wait_for_catchup($standby);
+is($standby->safe_psql('postgres', "SELECT state || ' ' || cancel_requested FROM pgjq.job($cx_id)"),
+	'running true', 'standby: a running ring job whose cancellation was requested says so');
 is( $standby->safe_psql(
 		'postgres',
 		"SELECT sum(value) FROM pgjq.metrics('rs') WHERE name = 'pgjq_jobs' AND labels->>'state' IN ('ready', 'running')"
@@ -118,8 +129,14 @@ is($standby->safe_psql('postgres', "SELECT count(*) FROM pgjq.claim('rc', 10)"),
 # and per key: a and b each run one job, c none
 is($standby->safe_psql('postgres', "SELECT string_agg(fair_key, ',') FROM pgjq.claim('rk', 10)"),
 	'c', 'promoted: a key limit counts the ring jobs leased before the promotion, per key');
+is($standby->safe_psql('postgres', "SELECT cancel_requested FROM pgjq.job($cx_id)"),
+	't', 'promoted: the rebuild keeps a requested cancellation');
+is( $standby->safe_psql(
+		'postgres',
+		"SELECT pgjq.complete($cx_id, $cx_tok); SELECT state FROM pgjq.job($cx_id)"),
+	"f\ncancelled", 'promoted: its holder\'s completion ends it as cancelled');
 verify_ok($standby, 'postgres', 'promoted: shared memory and the tables agree');
-like(slurp_file($standby->logfile), qr/pgjq: ring of database \d+ rebuilt: 13 ready, 6 in flight/,
+like(slurp_file($standby->logfile), qr/pgjq: ring of database \d+ rebuilt: 13 ready, 7 in flight/,
 	'promoted: the ring was rebuilt from its tables');
 
 $standby->stop;
