@@ -235,14 +235,26 @@ wait_crash_restart($offset, 'worker kill');
 check_load_ended('worker kill', @load);
 wait_worker('worker kill');
 
-# 3. kill -9 of the postmaster.
+# 3. kill -9 of the postmaster.  A second held job has its cancellation
+# requested before the crash (on the ring: a 'q' log row the rebuild reads).
 @load = load_start($load);
 wait_progress(400, 'before killing the postmaster');
 $held = hold();
+my $cancelled = hold();
+is($node->safe_psql('postgres', "SELECT pgjq.cancel($cancelled->{id})"),
+	't', 'the second held job\'s cancellation is requested');
 ok(kill_postmaster(), 'the server starts after kill -9 of the postmaster')
   or BAIL_OUT('cannot restart the server');
 check_load_ended('postmaster kill', @load);
 check_held($held, 'postmaster kill');
+is( $node->safe_psql(
+		'postgres', "SELECT state || ' ' || cancel_requested FROM pgjq.job($cancelled->{id})"),
+	'running true',
+	'postmaster kill: a requested cancellation survives the crash');
+is($node->safe_psql('postgres', "SELECT pgjq.complete($cancelled->{id}, $cancelled->{token})"),
+	'f', 'postmaster kill: its holder\'s completion does not complete it');
+is($node->safe_psql('postgres', "SELECT state FROM pgjq.job($cancelled->{id})"),
+	'cancelled', 'postmaster kill: it ends as cancelled');
 
 # Shorten the lease to a few seconds (a heartbeat sets it to now + extend) so
 # that the rescue after its end can be watched.
