@@ -1234,6 +1234,29 @@ pgjq_ring_note_table_claim(int32 queue_id)
  * --------------------------------------------------------------------- */
 
 /*
+ * Lock held: wait until no other open transaction claims, closes or extends
+ * the in-flight entry of id whose token is token (0: any), and return it
+ * (NULL: none; the lock is held again).
+ */
+static RingFlight *
+flight_settled(int64 id, int64 token, TransactionId xid)
+{
+	for (;;)
+	{
+		RingFlight *f = ring_flight_find(id);
+		TransactionId other;
+
+		if (f == NULL || f->xid == xid || f->state == RF_OPEN ||
+			(token != 0 && f->token != token))
+			return f;
+		other = f->xid;
+		LWLockRelease(ring->lock);
+		XactLockTableWait(other, NULL, NULL, XLTW_None);
+		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	}
+}
+
+/*
  * Close the ring claims (id, token) as this transaction's, waiting for a
  * transaction that closes one of them now.  token 0 matches any open claim
  * (cancel).  found[i]: the id is a ring job in flight (else the table
@@ -1253,27 +1276,12 @@ close_claims(int n, const int64 *ids, const int64 *toks, bool *found, bool *ok,
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < n; i++)
 	{
-		RingFlight *f;
-
-		for (;;)
-		{
-			TransactionId other;
-
-			f = ring_flight_find(ids[i]);
-			if (f == NULL || f->xid == xid || f->state == RF_OPEN ||
-				(toks[i] != 0 && f->token != toks[i]))
-				break;
-			/* claimed or closed by another open transaction: wait for it */
-			other = f->xid;
-			LWLockRelease(ring->lock);
-			XactLockTableWait(other, NULL, NULL, XLTW_None);
-			LWLockAcquire(ring->lock, LW_EXCLUSIVE);
-		}
+		RingFlight *f = flight_settled(ids[i], toks[i], xid);
 
 		/*
-		 * A job this transaction already closed (completed, moved to pgjq.job
-		 * or taken out) is no ring job for it any more: the table engine
-		 * answers (a moved job is there, a completed one is stale).
+		 * A job this transaction already closed (completed, failed or taken
+		 * out) is no ring job for it any more: the table engine answers (a
+		 * retried job is a scheduled row there, a finished one is stale).
 		 */
 		if (f != NULL && f->state == RF_CLOSING && f->xid == xid)
 			f = NULL;
@@ -1352,6 +1360,17 @@ require_for_ring_jobs(int n, const int64 *ids)
 	for (int i = 0; i < n; i++)
 		if (body_by_id(ids[i], &b, &slot, &tid, true))
 			pgjq_ring_require();
+}
+
+/*
+ * Could id be a ring job in flight?  (The outcomes on one job ask first: no
+ * for a job of the table engine, which is then its engine's.)
+ */
+static bool
+maybe_in_flight(int64 id)
+{
+	require_for_ring_jobs(1, &id);
+	return ring != NULL && ensure_ready(false) && any_in_flight(1, &id);
 }
 
 /*
@@ -1586,8 +1605,7 @@ pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 	Datum		last_error;
 	char		r;
 
-	require_for_ring_jobs(1, &id);
-	if (ring == NULL || !ensure_ready(false) || !any_in_flight(1, &id))
+	if (!maybe_in_flight(id))
 		return PGJQ_RING_NOT_MINE;
 	(void) close_claims(1, &id, &tok, &found, &ok, &f, lease_before);
 	if (!found)
@@ -1662,29 +1680,6 @@ static PgjqPlan plan_queue_lease = {
 };
 
 /*
- * Lock held: wait until no other open transaction claims, closes or extends
- * the in-flight entry of id whose token is token (0: any), and return it
- * (NULL: none; the lock is held again).
- */
-static RingFlight *
-flight_settled(int64 id, int64 token, TransactionId xid)
-{
-	for (;;)
-	{
-		RingFlight *f = ring_flight_find(id);
-		TransactionId other;
-
-		if (f == NULL || f->xid == xid || f->state == RF_OPEN ||
-			(token != 0 && f->token != token))
-			return f;
-		other = f->xid;
-		LWLockRelease(ring->lock);
-		XactLockTableWait(other, NULL, NULL, XLTW_None);
-		LWLockAcquire(ring->lock, LW_EXCLUSIVE);
-	}
-}
-
-/*
  * End (id, token), a ring job in flight whose cancellation was requested,
  * as cancelled (heartbeat's way of answering it).  False if it was not
  * closed here (stale meanwhile).
@@ -1724,8 +1719,7 @@ pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now,
 	int32		queue_id = 0;
 	int			r = PGJQ_RING_NOT_MINE;
 
-	require_for_ring_jobs(1, &id);
-	if (ring == NULL || !ensure_ready(false) || !any_in_flight(1, &id))
+	if (!maybe_in_flight(id))
 		return PGJQ_RING_NOT_MINE;
 
 	/* the queue's lease, read before the lock (it is no lock-held work) */
@@ -1797,8 +1791,7 @@ pgjq_ring_request_cancel(int64 id)
 	int64		token = 0;
 	bool		mine = false;
 
-	require_for_ring_jobs(1, &id);
-	if (ring == NULL || !ensure_ready(false) || !any_in_flight(1, &id))
+	if (!maybe_in_flight(id))
 		return false;
 	xid = GetTopTransactionId();
 	ring_reserve_extended();
@@ -1935,21 +1928,20 @@ take_closing(RingFlight *f, RingLane *l, const RingPos *p, int64 tok, int32 atte
 static void
 cancel_ready(const RingFlight *f)
 {
-	Relation	rel = table_open(body_oid[f->slot], AccessShareLock);
 	TimestampTz now = GetCurrentTimestamp();
 	BodyRow		b;
+	char	   *worker;			/* none: the job was never claimed */
 
-	body_fetch(rel, f->key.id, (ItemPointer) &f->tid, &b);
-	table_close(rel, NoLock);
+	closed_body(f, &b, &worker);
 	log_append(f->token, now, 'x', &f->key.id, 1);
 	/* the attempts made: the body counts the one about to run */
-	history_one(&b, PGJQ_FINISHED_CANCELLED, b.attempt - 1, f->token, NULL, b.last_error, now);
+	history_one(&b, PGJQ_FINISHED_CANCELLED, b.attempt - 1, f->token, worker, b.last_error, now);
 }
 
 /*
  * take_ready for a job this transaction enqueued and has not published (its
  * body is not visible to this command yet): taken from the pending list as
- * its own claim would, then closed and moved.  False if it is not one.
+ * its own claim would, then closed as cancelled.  False if it is not one.
  */
 static bool
 take_own_ready(int64 id)
