@@ -10,7 +10,7 @@ OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(filter-out sql/$(EXTENSION).sql sql/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard sql/$(EXTENSION)--*.sql))
 
-PG_CPPFLAGS = -I$(srcdir)/src
+PG_CPPFLAGS = -I$(srcdir)/src -DPGJQ_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS = -Wall -Wextra -Werror=implicit-function-declaration -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Wno-clobbered $(PGJQ_CFLAGS)
 
 # Tests (run them all with `make test`).  installcheck starts its own

@@ -1,8 +1,10 @@
 /*
  * pgjq: update from 0.1.0 to 0.2.0 (ALTER EXTENSION pgjq UPDATE).
  *
- * 0.2.0 hardens 0.1.0 and adds the ring engine (see CHANGELOG.md); no job
- * moves: the ring's tables start empty and 0.1.0's jobs stay in pgjq.job.  Every object whose definition changed is redefined here,
+ * 0.2.0 hardens 0.1.0 and replaces its storage of claimable and running
+ * jobs with the ring engine (see CHANGELOG.md): 0.1.0's running jobs move
+ * into the ring, its waiting ones stay in pgjq.job until claims or
+ * promotion move them.  Every object whose definition changed is redefined here,
  * so that an updated installation is the same as a new one: the upgrade
  * test (test/t/070_upgrade_dump.pl) compares the two schemas object by object.
  */
@@ -134,17 +136,15 @@ GRANT USAGE ON SCHEMA pgjq TO pg_monitor;
 GRANT EXECUTE ON FUNCTION pgjq.metrics(text), pgjq.metrics_prometheus(text) TO pg_monitor;
 
 /*
- * New in 0.2.0: the ring engine (docs/design.md).  Every existing queue
- * becomes a ring queue: its new jobs go to the ring, and the jobs it has in
- * pgjq.job are served from there as a ring queue's retried and delayed
- * jobs are (its claims look at pgjq.job while it may hold ready jobs).
+ * New in 0.2.0: the ring engine (docs/design.md) holds every claimable and
+ * running job.  0.1.0's scheduled and ready jobs stay in pgjq.job (promotion
+ * and claims move them into the ring); its running jobs are adopted by the
+ * ring below, each keeping its token, lease and cancellation request.
  */
-ALTER TABLE pgjq.queue ADD COLUMN engine "char" NOT NULL DEFAULT 'r' CHECK (engine IN ('t', 'r'));
-
 /*
- * The ring engine (docs/design.md, "The ring engine").  A queue created
- * while the superuser setting pgjq.engine is 'ring' keeps its immediate jobs
- * here instead of in pgjq.job: each body is appended once to the current
+ * The ring engine (docs/design.md, "The ring engine").  Every queue keeps
+ * its jobs that are due here (delayed ones wait in pgjq.job until
+ * promotion appends them): each body is appended once to the current
  * slot of a ring of four tables and never updated or deleted; claims take
  * positions from shared memory (ring_shmem.c), so a claim never scans.
  * Every claim call writes one ring_log row (kind 'c': token, lease, ids),
@@ -173,7 +173,8 @@ CREATE TABLE pgjq.ring_body_0 (
 	fair_key		text COLLATE "C",
 	payload			jsonb NOT NULL,
 	last_error		text,	/* of the attempt before (a promoted retry); NULL costs no byte */
-	run_at			timestamptz	/* when a promoted job fell due; NULL: enqueued_at */
+	run_at			timestamptz,	/* when a promoted job fell due; NULL: enqueued_at */
+	dedup_key		text COLLATE "C"	/* its anchor in pgjq.job (state 'n'); NULL: none */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_1 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_2 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -204,6 +205,34 @@ SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_log_1', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_log_2', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.ring_log_3', '');
 
+/*
+ * 0.1.0's running jobs into the ring: a body in slot 0 (attempt: the one
+ * running) and a claim row with the token and the lease; a cancellation
+ * request is a 'q' row.  The first ring call rebuilds shared memory from
+ * these rows (the ring's tables are new).  A job with a dedup_key keeps its
+ * row as the anchor ('n').
+ */
+INSERT INTO pgjq.ring_body_0 (id, after_token, queue_id, enqueued_at, attempt, max_attempts,
+							  priority, fair_key, payload, last_error, run_at, dedup_key)
+SELECT j.id, NULL, j.queue_id, j.enqueued_at, NULLIF(j.attempt, 1), j.max_attempts,
+	   NULLIF(j.priority, 0), NULLIF(j.fair_key, ''), j.payload, j.last_error, j.run_at, j.dedup_key
+  FROM pgjq.job j WHERE j.state OPERATOR(pg_catalog.=) 'a' ORDER BY j.id;
+INSERT INTO pgjq.ring_log_0 (token, at, kind, ids, worker)
+SELECT j.token, j.lease_until, 'c', ARRAY[j.id], j.worker
+  FROM pgjq.job j WHERE j.state OPERATOR(pg_catalog.=) 'a' ORDER BY j.token, j.id;
+INSERT INTO pgjq.ring_log_0 (token, at, kind, ids)
+SELECT j.token, pg_catalog.now(), 'q', ARRAY[j.id]
+  FROM pgjq.job j WHERE j.state OPERATOR(pg_catalog.=) 'a' AND j.cancel_requested;
+UPDATE pgjq.job SET state = 'n', payload = '{}', lease_until = NULL, worker = NULL,
+	   last_error = NULL, cancel_requested = false
+ WHERE state OPERATOR(pg_catalog.=) 'a' AND dedup_key IS NOT NULL;
+DELETE FROM pgjq.job WHERE state OPERATOR(pg_catalog.=) 'a';
+DROP INDEX pgjq.job_running_idx;
+/* 'n': a ring job's dedup anchor (its key held in job_dedup_idx); no 'a' */
+ALTER TABLE pgjq.job DROP CONSTRAINT job_state_check,
+	ADD CONSTRAINT job_state_check CHECK (state IN ('s', 'r', 'n'));
+COMMENT ON TABLE pgjq.job IS 'unfinished jobs outside the ring: scheduled, ready, dedup anchors (private)';
+
 /* New in 0.2.0: job() and queue_stats see the ring's jobs. */
 /*
  * Internal: the ring engine's view of a job that it holds ready or running
@@ -221,12 +250,12 @@ LANGUAGE sql STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_tem
 ROWS 1
 AS $$
 	SELECT j.id, q.name,
-		   CASE j.state WHEN 's' THEN 'scheduled' WHEN 'r' THEN 'ready' ELSE 'running' END,
+		   CASE j.state WHEN 's' THEN 'scheduled' ELSE 'ready' END,
 		   j.attempt, j.max_attempts, j.priority, NULLIF(j.fair_key, ''), j.dedup_key,
 		   j.payload, j.enqueued_at, j.run_at, j.lease_until, NULL::timestamptz,
 		   j.worker, j.last_error, j.cancel_requested
 	  FROM pgjq.job j LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id
-	 WHERE j.id OPERATOR(pg_catalog.=) $1
+	 WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.state OPERATOR(pg_catalog.<>) 'n'
 	UNION ALL
 	SELECT h.id, q.name,
 		   CASE h.state WHEN 'd' THEN 'dead' ELSE 'cancelled' END,
@@ -272,7 +301,7 @@ CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
 		   q.paused,
 		   COALESCE(u.ready, 0) OPERATOR(pg_catalog.+) COALESCE(r.ready, 0) AS ready,
 		   COALESCE(u.scheduled, 0) AS scheduled,
-		   COALESCE(u.running, 0) OPERATOR(pg_catalog.+) COALESCE(r.running, 0) AS running,
+		   COALESCE(r.running, 0) AS running,
 		   COALESCE(f.dead, 0) AS dead,
 		   COALESCE(c.completed, 0)::bigint AS completed,
 		   COALESCE(f.cancelled, 0) AS cancelled,
@@ -288,7 +317,6 @@ CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
 	  LEFT JOIN (SELECT j.queue_id,
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS ready,
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS scheduled,
-						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'a') AS running,
 						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS oldest_ready,
 						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS next_run_at
 				   FROM pgjq.job j GROUP BY j.queue_id) u ON u.queue_id OPERATOR(pg_catalog.=) q.queue_id

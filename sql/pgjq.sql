@@ -57,8 +57,7 @@ CREATE TABLE pgjq.queue (
 	rate			double precision,
 	burst			integer,
 	paused			boolean NOT NULL DEFAULT false,
-	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
-	engine			"char" NOT NULL DEFAULT 'r' CHECK (engine IN ('t', 'r'))	/* 't' pgjq.job, 'r' the ring */
+	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 COMMENT ON TABLE pgjq.queue IS 'one row per queue and its settings (private: use the pgjq functions)';
 
@@ -66,15 +65,20 @@ CREATE SEQUENCE pgjq.job_id_seq AS bigint;
 CREATE SEQUENCE pgjq.token_seq AS bigint;
 
 /*
- * Unfinished jobs: scheduled ('s'), ready ('r') and running ('a', leased).
- * One table for the three states keeps dedup a single partial unique index
- * and makes every transition one UPDATE; the partial indexes keep claim,
- * promotion and rescue each on an index of only its own state.
+ * The unfinished jobs that are not in the ring: scheduled ('s': delayed, or
+ * a retry or snooze until due) and ready ('r': redriven dead jobs, or a
+ * backlog the ring had no room for, until a claim moves them into the
+ * ring); and 'n', the dedup anchor of a ring job with a dedup_key (same id
+ * and key, no payload; it goes when the job finishes), so that one partial
+ * unique index decides every dedup_key.  Running jobs are the ring's only.
+ * token is the claim a retry or snooze came from; lease_until, worker and
+ * cancel_requested are unused since 0.2.0 (kept so 0.1.0's rows update in
+ * place).
  */
 CREATE TABLE pgjq.job (
 	id				bigint NOT NULL PRIMARY KEY,
 	queue_id		integer NOT NULL,
-	state			"char" NOT NULL CHECK (state IN ('s', 'r', 'a')),
+	state			"char" NOT NULL CHECK (state IN ('s', 'r', 'n')),
 	priority		smallint NOT NULL,
 	fair_key		text COLLATE "C" NOT NULL,
 	dedup_key		text,
@@ -89,11 +93,10 @@ CREATE TABLE pgjq.job (
 	cancel_requested boolean NOT NULL,
 	payload			jsonb NOT NULL
 );
-COMMENT ON TABLE pgjq.job IS 'unfinished jobs: scheduled, ready and running (private)';
+COMMENT ON TABLE pgjq.job IS 'unfinished jobs outside the ring: scheduled, ready, dedup anchors (private)';
 
 CREATE INDEX job_ready_idx ON pgjq.job (queue_id, priority, fair_key, id) WHERE state = 'r';
 CREATE INDEX job_scheduled_idx ON pgjq.job (run_at) WHERE state = 's';
-CREATE INDEX job_running_idx ON pgjq.job (lease_until) WHERE state = 'a';
 CREATE UNIQUE INDEX job_dedup_idx ON pgjq.job (queue_id, dedup_key) WHERE dedup_key IS NOT NULL;
 
 /*
@@ -174,9 +177,9 @@ SELECT pg_catalog.pg_extension_config_dump('pgjq.job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.token_seq', '');
 
 /*
- * The ring engine (docs/design.md, "The ring engine").  A queue created
- * while the superuser setting pgjq.engine is 'ring' keeps its immediate jobs
- * here instead of in pgjq.job: each body is appended once to the current
+ * The ring engine (docs/design.md, "The ring engine").  Every queue keeps
+ * its jobs that are due here (delayed ones wait in pgjq.job until
+ * promotion appends them): each body is appended once to the current
  * slot of a ring of four tables and never updated or deleted; claims take
  * positions from shared memory (ring_shmem.c), so a claim never scans.
  * Every claim call writes one ring_log row (kind 'c': token, lease, ids),
@@ -205,7 +208,8 @@ CREATE TABLE pgjq.ring_body_0 (
 	fair_key		text COLLATE "C",
 	payload			jsonb NOT NULL,
 	last_error		text,	/* of the attempt before (a promoted retry); NULL costs no byte */
-	run_at			timestamptz	/* when a promoted job fell due; NULL: enqueued_at */
+	run_at			timestamptz,	/* when a promoted job fell due; NULL: enqueued_at */
+	dedup_key		text COLLATE "C"	/* its anchor in pgjq.job (state 'n'); NULL: none */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_1 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_2 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -530,12 +534,12 @@ LANGUAGE sql STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_tem
 ROWS 1
 AS $$
 	SELECT j.id, q.name,
-		   CASE j.state WHEN 's' THEN 'scheduled' WHEN 'r' THEN 'ready' ELSE 'running' END,
+		   CASE j.state WHEN 's' THEN 'scheduled' ELSE 'ready' END,
 		   j.attempt, j.max_attempts, j.priority, NULLIF(j.fair_key, ''), j.dedup_key,
 		   j.payload, j.enqueued_at, j.run_at, j.lease_until, NULL::timestamptz,
 		   j.worker, j.last_error, j.cancel_requested
 	  FROM pgjq.job j LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id
-	 WHERE j.id OPERATOR(pg_catalog.=) $1
+	 WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.state OPERATOR(pg_catalog.<>) 'n'
 	UNION ALL
 	SELECT h.id, q.name,
 		   CASE h.state WHEN 'd' THEN 'dead' ELSE 'cancelled' END,
@@ -653,7 +657,7 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 		   q.paused,
 		   COALESCE(u.ready, 0) OPERATOR(pg_catalog.+) COALESCE(r.ready, 0) AS ready,
 		   COALESCE(u.scheduled, 0) AS scheduled,
-		   COALESCE(u.running, 0) OPERATOR(pg_catalog.+) COALESCE(r.running, 0) AS running,
+		   COALESCE(r.running, 0) AS running,
 		   COALESCE(f.dead, 0) AS dead,
 		   COALESCE(c.completed, 0)::bigint AS completed,
 		   COALESCE(f.cancelled, 0) AS cancelled,
@@ -669,7 +673,6 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 	  LEFT JOIN (SELECT j.queue_id,
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS ready,
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS scheduled,
-						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'a') AS running,
 						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS oldest_ready,
 						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS next_run_at
 				   FROM pgjq.job j GROUP BY j.queue_id) u ON u.queue_id OPERATOR(pg_catalog.=) q.queue_id

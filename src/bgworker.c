@@ -417,11 +417,14 @@ rebuild_counters(void)
 	return 0;
 }
 
-/* 1 when the pgjq extension exists in this database. */
+/*
+ * 1 when the pgjq extension exists in this database at a version this
+ * library serves (a 0.1.0 schema waits for ALTER EXTENSION UPDATE).
+ */
 static int64
 extension_present(void)
 {
-	return OidIsValid(get_extension_oid("pgjq", true)) ? 1 : 0;
+	return OidIsValid(get_extension_oid("pgjq", true)) && pgjq_storage_schema_current() ? 1 : 0;
 }
 
 static int64

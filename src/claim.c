@@ -5,7 +5,7 @@
  *	  complete_and_claim(queue, ids, tokens, batch, lease, worker, errors)
  *	  and the procedure await(queues[], wait).
  *
- * Leases up to `batch` ready jobs in fair order (storage_claim.c), from the
+ * Leases up to `batch` ready jobs in fair order (ring_store.c), from the
  * queues in the order given, within each queue's limits (limits.c), and
  * returns them as pgjq.claimed rows.  Every claim call that leases a job
  * draws one new fencing token from a sequence (never reused, not even after
@@ -17,10 +17,9 @@
  * pgjq.max_wait) ends; query cancel and statement_timeout interrupt it
  * (wait.c).  When a rate limit cut a claim that had jobs, it also wakes
  * when the next token is due (an empty queue does not make it poll).  A
- * claim notes for wait.c the jobs it locks (ready again if it aborts) and
- * the rows it locked but did not take (ready when it commits).  A waiting
- * call holds its statement's snapshot, and so the xmin horizon; await()
- * waits without one.
+ * claim notes for wait.c the jobs it took (ready again if it aborts).  A
+ * waiting call holds its statement's snapshot, and so the xmin horizon;
+ * await() waits without one.
  *
  *-------------------------------------------------------------------------
  */
@@ -100,93 +99,28 @@ lookup_queues(char **names, int n, PgjqQueue *queues)
 		pgjq_storage_queue_get_or_error(names[i], &queues[i]);
 }
 
-/* Order of fair keys (text, or 0 for none) for distinct_keys(). */
-static int
-key_cmp(const void *a, const void *b)
-{
-	Datum		ka = *(const Datum *) a;
-	Datum		kb = *(const Datum *) b;
-	int			la = ka ? VARSIZE_ANY_EXHDR(DatumGetPointer(ka)) : 0;
-	int			lb = kb ? VARSIZE_ANY_EXHDR(DatumGetPointer(kb)) : 0;
-	int			c;
-
-	if (la == 0 || lb == 0)
-		return (la > 0) - (lb > 0);
-	c = memcmp(VARDATA_ANY(DatumGetPointer(ka)), VARDATA_ANY(DatumGetPointer(kb)), Min(la, lb));
-	return c != 0 ? c : (la > lb) - (la < lb);
-}
-
-/* How many distinct fair keys the n jobs have. */
-static int
-distinct_keys(const PgjqClaimedJob *jobs, int n)
-{
-	Datum	   *keys = palloc(sizeof(Datum) * n);
-	int			d = 1;
-
-	for (int i = 0; i < n; i++)
-		keys[i] = jobs[i].fair_key;
-	qsort(keys, n, sizeof(Datum), key_cmp);
-	for (int i = 1; i < n; i++)
-		if (key_cmp(&keys[i - 1], &keys[i]) != 0)
-			d++;
-	pfree(keys);
-	return d;
-}
-
 /*
- * Up to granted jobs of one queue from its engine.  A ring queue looks at
- * the table engine while it may have ready jobs of the queue (retries,
- * promoted delayed jobs: ring.h): the store whose most urgent ready job has
- * the more urgent priority goes first (pgjq.job on a tie), the other fills
- * the rest of the batch.  *from_table: how many came from pgjq.job.
+ * Up to granted jobs of one queue from the ring.  While pgjq.job may hold
+ * ready rows of the queue (a backlog that found the ring full, redriven
+ * dead jobs, a promotion the ring had no room for, 0.1.0's ready jobs after
+ * the update: ring.h), up to granted of them move into the ring first, and
+ * the flag is cleared once none is left.
  */
 static int
 queue_claim(const PgjqQueue *q, int granted, TimestampTz lease_until, const char *worker,
-			PgjqClaimQuota *quota, int64 *token, PgjqClaimedJob *jobs, int *from_table)
+			PgjqClaimQuota *quota, int64 *token, PgjqClaimedJob *jobs)
 {
 	uint64		gen;
-	int			got = 0;
 
-	if (q->engine != PGJQ_ENGINE_RING)
-	{
-		got = pgjq_storage_claim(q, granted, lease_until, worker, quota, token, jobs);
-		*from_table = got;
-		return got;
-	}
 	if (pgjq_ring_table_first(q->queue_id, &gen))
 	{
-		int16		table_prio,
-					ring_prio;
+		bool		left;
 
-		if (!pgjq_storage_first_ready_priority(q->queue_id, &table_prio))
+		(void) pgjq_ring_promote_ready(q->queue_id, granted, &left);
+		if (!left)
 			pgjq_ring_table_empty(q->queue_id, gen);
-		else if (pgjq_ring_first_ready_priority(q->queue_id, &ring_prio) &&
-				 ring_prio < table_prio)
-		{
-			/* the ring has more urgent jobs: they go first */
-			got = pgjq_ring_claim(q, granted, lease_until, worker, quota, token, jobs);
-			*from_table = 0;
-			if (got < granted)
-			{
-				*from_table = pgjq_storage_claim(q, granted - got, lease_until, worker, quota,
-												 token, jobs + got);
-				pgjq_ring_note_table_claim(q->queue_id);
-				got += *from_table;
-			}
-			return got;
-		}
-		else
-		{
-			got = pgjq_storage_claim(q, granted, lease_until, worker, quota, token, jobs);
-			/* rows it locked are ready again if it aborts, or left at commit */
-			pgjq_ring_note_table_claim(q->queue_id);
-		}
 	}
-	*from_table = got;
-	if (got < granted)
-		got += pgjq_ring_claim(q, granted - got, lease_until, worker, quota, token,
-							   jobs + got);
-	return got;
+	return pgjq_ring_claim(q, granted, lease_until, worker, quota, token, jobs);
 }
 
 /*
@@ -215,8 +149,6 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		int			want = batch - n;
 		int			granted;
 		int			got;
-		int			from_table;
-		int			held;
 		int64		token_in_us;
 		TimestampTz lease_until;
 		TimestampTz claim_at;
@@ -256,29 +188,14 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		 * error in it; a round locks fewer than twice what it may take.
 		 */
 		pgjq_wait_note_claimed(q->queue_id, 2 * granted);
-		got = queue_claim(q, granted, lease_until, worker, &quota, &token, jobs + n, &from_table);
+		got = queue_claim(q, granted, lease_until, worker, &quota, &token, jobs + n);
 		for (int k = n; k < n + got; k++)
 			jobs[k].lease_until = lease_until;
 		/* the worker rescues the lease on time if it ends before its wake-up */
 		if (got > 0)
 			pgjq_shmem_note_due(lease_until);
 
-		/*
-		 * A claim that fills its batch from several fair keys may lock up to
-		 * one row too many per key (storage_claim.c) and release them at
-		 * commit: those are ready then, and nobody else would wake a waiter
-		 * for them.  (Only the last round can fill the batch; one that does
-		 * not fill it takes every row it locked.)
-		 */
-		held = got;
-		if (from_table == granted && from_table > 1)
-		{
-			int			extra = distinct_keys(jobs + n, from_table) - 1;
-
-			held += extra;
-			pgjq_wait_note_ready(q->queue_id, extra);
-		}
-		pgjq_wait_note_claimed(q->queue_id, held - 2 * granted);
+		pgjq_wait_note_claimed(q->queue_id, got - 2 * granted);
 		pgjq_limits_settle_queue(q, granted, got);
 		/* held back: a limit, not the supply of ready jobs, stopped the claim */
 		if ((got == granted && granted < want) || pgjq_limits_quota_cut_short(&quota))

@@ -9,8 +9,9 @@
  * handed to the background worker at commit (shmem.c) so it is promoted on
  * time without polling.
  *
- * On a ring queue (ring.h), a call whose jobs are due now and carry no
- * dedup_key appends them to the ring; others go to pgjq.job as on any queue.
+ * On a ring queue (ring.h), a call whose jobs are due now appends them to
+ * the ring (a job with a dedup_key also inserts its anchor into pgjq.job);
+ * delayed jobs wait in pgjq.job until promotion appends them.
  *
  *-------------------------------------------------------------------------
  */
@@ -73,20 +74,15 @@ priority_arg(FunctionCallInfo fcinfo)
 	return (int16) p;
 }
 
-/* The jobs into the queue's engine. */
+/*
+ * The jobs into the ring; delayed ones wait in pgjq.job until promotion
+ * appends them, and so do immediate ones when the ring's positions are
+ * (nearly) all taken: claims move them into the ring when there is room.
+ */
 static void
 store_jobs(const PgjqQueue *queue, PgjqNewJobs *jobs)
 {
-	bool		ring = queue->engine == PGJQ_ENGINE_RING &&
-	jobs->run_at <= jobs->enqueued_at;
-
-	for (int i = 0; ring && jobs->dedup_keys != NULL && i < jobs->n; i++)
-		if (!jobs->dedup_key_nulls[i])
-			ring = false;
-	/* a ring whose positions are (nearly) all taken: pgjq.job takes them */
-	if (ring && !pgjq_ring_has_room(jobs->n))
-		ring = false;
-	if (ring)
+	if (jobs->run_at <= jobs->enqueued_at && pgjq_ring_has_room(jobs->n))
 		pgjq_ring_enqueue(queue->queue_id, jobs->max_attempts, jobs);
 	else
 		pgjq_storage_enqueue(queue->queue_id, jobs);

@@ -18,8 +18,6 @@
  *	                          (postmaster: sizes shared memory)
  *	  pgjq.max_metrics_claims claims remembered for the run-time histogram
  *	                          (postmaster: sizes shared memory)
- *	  pgjq.engine             the engine of queues created from now on:
- *	                          'table' or 'ring' (superuser; ring.h)
  *	  pgjq.ring_positions, pgjq.ring_max_in_flight, pgjq.ring_max_lanes,
  *	  pgjq.ring_max_queues    the ring engine's shared-memory bounds
  *	                          (postmaster: size shared memory)
@@ -46,18 +44,11 @@ int			pgjq_max_wait_ms = 20000;
 int			pgjq_horizon_warn_after_s = 300;
 int			pgjq_max_metrics_queues = 4096;
 int			pgjq_max_metrics_claims = 65536;
-int			pgjq_engine = PGJQ_ENGINE_RING;
 int			pgjq_ring_positions = 1048576;
 int			pgjq_ring_max_in_flight = 65536;
 int			pgjq_ring_max_lanes = 65536;
 int			pgjq_ring_max_queues = 1024;
 int			pgjq_ring_slot_rows = 100000;
-
-static const struct config_enum_entry engine_options[] = {
-	{"table", PGJQ_ENGINE_TABLE, false},
-	{"ring", PGJQ_ENGINE_RING, false},
-	{NULL, 0, false}
-};
 
 /* pgjq.debug_crash_at names a point of crash_points.c, or nothing */
 static bool
@@ -136,16 +127,6 @@ pgjq_guc_init(void)
 							   PGC_SUSET,
 							   GUC_NOT_IN_SAMPLE,
 							   check_crash_point, NULL, NULL);
-
-	DefineCustomEnumVariable("pgjq.engine",
-							 "Storage engine of the queues created from now on.",
-							 "ring: the ring engine (the default); table: pgjq.job, the first engine, kept as the reference while the ring takes over.",
-							 &pgjq_engine,
-							 PGJQ_ENGINE_RING,
-							 engine_options,
-							 PGC_SUSET,
-							 0,
-							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("pgjq.ring_slot_rows",
 							"Job bodies a ring slot takes before producers move to the next slot.",

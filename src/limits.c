@@ -24,7 +24,7 @@
  * (complete_and_claim) needs at a concurrency limit.
  *
  * Rebuild: shared memory starts empty, so the first pgjq call in a database
- * counts the running jobs from pgjq.job and the ring (rebuilt first if it
+ * counts the running jobs from the ring (rebuilt first if it
  * is not yet, ring.h), before any statement of its own
  * (pgjq_storage_begin calls the begin hook), while every other pgjq call of
  * that database waits on a heavyweight lock; no transaction can have moved a
@@ -446,23 +446,11 @@ untracked_error(void)
 	counters_full_error();
 }
 
-static PgjqPlan plan_count_running = {
-	"SELECT j.queue_id, j.fair_key, count(*)::int4, coalesce(q.key_concurrency, 0) > 0"
-	"  FROM pgjq.job j JOIN pgjq.queue q ON q.queue_id = j.queue_id"
-	" WHERE j.state = 'a' GROUP BY j.queue_id, j.fair_key, q.key_concurrency",
-	0, {InvalidOid}
-};
-
 static PgjqPlan plan_key_limited = {
 	"SELECT queue_id FROM pgjq.queue WHERE key_concurrency > 0",
 	0, {InvalidOid}
 };
 
-static PgjqPlan plan_count_queue_keys = {
-	"SELECT fair_key, count(*)::int4 FROM pgjq.job WHERE queue_id = $1 AND state = 'a'"
-	" GROUP BY fair_key",
-	1, {INT4OID}
-};
 
 /*
  * Count this database's running jobs into its counters (its slot is
@@ -473,11 +461,6 @@ static bool
 count_database(Oid incarnation)
 {
 	DbState    *db;
-	int			n;
-	int32	   *qids;
-	uint64	   *hashes;
-	int32	   *counts;
-	bool	   *keyed;
 	bool		full = false;
 	int			nkeyed,
 				nrk;
@@ -501,23 +484,7 @@ count_database(Oid incarnation)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pgjq: SPI_connect failed");
-	pgjq_spi_run(&plan_count_running, NULL, NULL, 0);
-	n = (int) SPI_processed;
-	qids = palloc(sizeof(int32) * Max(n, 1));
-	hashes = palloc(sizeof(uint64) * Max(n, 1));
-	counts = palloc(sizeof(int32) * Max(n, 1));
-	keyed = palloc(sizeof(bool) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-	{
-		bool		isnull;
-
-		qids[i] = DatumGetInt32(pgjq_spi_get(i, 1, &isnull));
-		hashes[i] = key_hash(TextDatumGetCString(pgjq_spi_get(i, 2, &isnull)));
-		counts[i] = DatumGetInt32(pgjq_spi_get(i, 3, &isnull));
-		keyed[i] = DatumGetBool(pgjq_spi_get(i, 4, &isnull));
-	}
-
-	/* the key-limited queues, whose ring jobs count per key too */
+	/* the key-limited queues, whose running jobs count per key too */
 	pgjq_spi_run(&plan_key_limited, NULL, NULL, 0);
 	nkeyed = (int) SPI_processed;
 	keyed_qids = palloc(sizeof(int32) * Max(nkeyed, 1));
@@ -564,26 +531,6 @@ count_database(Oid incarnation)
 			q->keys_valid = true;
 			k->running += rk_counts[i];
 		}
-	}
-	for (int i = 0; db && i < n && !full; i++)
-	{
-		Counter    *q = counter(qids[i], 0, true);
-		Counter    *k;
-
-		if (q == NULL)
-		{
-			full = true;
-			break;
-		}
-		q->running += counts[i];
-		if (!keyed[i])
-			continue;
-		q->keys_valid = true;
-		k = counter(qids[i], hashes[i], true);
-		if (k == NULL)
-			full = true;
-		else
-			k->running += counts[i];
 	}
 	if (full)
 		remove_entries(MyDatabaseId, 0);
@@ -1013,10 +960,6 @@ queue_keys_ready(int32 queue_id)
 {
 	Counter    *q;
 	uint64		ends;
-	Datum		values[1] = {Int32GetDatum(queue_id)};
-	int			n;
-	uint64	   *hashes;
-	int32	   *counts;
 	bool		ready = false;
 	int			nrk;
 	int32	   *rk_qids;
@@ -1034,20 +977,7 @@ queue_keys_ready(int32 queue_id)
 	ends = q->untracked_ends;
 	LWLockRelease(shared->lock);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "pgjq: SPI_connect failed");
-	pgjq_spi_run(&plan_count_queue_keys, values, NULL, 0);
-	n = (int) SPI_processed;
-	hashes = palloc(sizeof(uint64) * Max(n, 1));
-	counts = palloc(sizeof(int32) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-	{
-		bool		isnull;
-
-		hashes[i] = key_hash(TextDatumGetCString(pgjq_spi_get(i, 1, &isnull)));
-		counts[i] = DatumGetInt32(pgjq_spi_get(i, 2, &isnull));
-	}
-	/* and the queue's running ring jobs (their claims count as untracked) */
+	/* the queue's running jobs (their claims count as untracked) */
 	nrk = pgjq_ring_running_keys(queue_id, &rk_qids, &rk_hashes, &rk_counts);
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
@@ -1056,14 +986,6 @@ queue_keys_ready(int32 queue_id)
 		ready = true;
 	else if (q && q->untracked == 0 && q->untracked_ends == ends)
 	{
-		for (int i = 0; i < n; i++)
-		{
-			Counter    *k = counter(queue_id, hashes[i], true);
-
-			if (k == NULL)
-				keys_count_full(queue_id);
-			k->running = counts[i];
-		}
 		for (int i = 0; i < nrk; i++)
 		{
 			Counter    *k = counter(queue_id, rk_hashes[i], true);
@@ -1076,7 +998,6 @@ queue_keys_ready(int32 queue_id)
 		ready = true;
 	}
 	LWLockRelease(shared->lock);
-	SPI_finish();
 	return ready;
 }
 
@@ -1634,7 +1555,6 @@ pgjq_limits_verify(PgjqLimitsDiff **diffs)
 	Entry	   *entries;
 	int			nentries = 0;
 	int			maxentries;
-	int			n;
 	int			ndiffs = 0;
 	HASH_SEQ_STATUS scan;
 	Counter    *c;
@@ -1649,9 +1569,6 @@ pgjq_limits_verify(PgjqLimitsDiff **diffs)
 	*diffs = NULL;
 	if (shared == NULL || !ensure_counted())
 		return 0;
-	pgjq_spi_run(&plan_count_running, NULL, NULL, 0);
-	n = (int) SPI_processed;
-
 	LWLockAcquire(shared->lock, LW_SHARED);
 	maxentries = hash_get_num_entries(counters) + 1;
 	entries = palloc(sizeof(Entry) * maxentries);
@@ -1671,25 +1588,15 @@ pgjq_limits_verify(PgjqLimitsDiff **diffs)
 	LWLockRelease(shared->lock);
 
 	/*
-	 * n rows of (queue, key), the ring's queues, the entries: room for every
+	 * the ring's (queue, key) pairs and the entries: room for every
 	 * difference
 	 */
 	nrk = pgjq_ring_running_keys(0, &rk_qids, &rk_hashes, &rk_counts);
-	*diffs = palloc(sizeof(PgjqLimitsDiff) * (n + nrk + nentries + 1));
+	*diffs = palloc(sizeof(PgjqLimitsDiff) * (nrk + nentries + 1));
 
-	/* expected per queue: pgjq.job's running jobs and the ring's */
+	/* expected per queue: the ring's running jobs */
 	for (int i = 0; i < nrk; i++)
 		add_expected(&exp, &nexp, &maxexp, rk_qids[i], 0, NULL, (int32) rk_counts[i]);
-	for (int i = 0; i < n; i++)
-	{
-		bool		isnull;
-		int32		qid = DatumGetInt32(pgjq_spi_get(i, 1, &isnull));
-		char	   *key = TextDatumGetCString(pgjq_spi_get(i, 2, &isnull));
-		int32		count = DatumGetInt32(pgjq_spi_get(i, 3, &isnull));
-
-		add_expected(&exp, &nexp, &maxexp, qid, 0, NULL, count);
-		add_expected(&exp, &nexp, &maxexp, qid, key_hash(key), key, count);
-	}
 	/* and per key: the ring knows its keys by hash only */
 	for (int i = 0; i < nrk; i++)
 		add_expected(&exp, &nexp, &maxexp, rk_qids[i], rk_hashes[i], NULL, (int32) rk_counts[i]);

@@ -43,8 +43,9 @@ check_not_in_recovery(void)
 }
 
 /*
- * Promote up to `limit` due jobs; returns how many.  Those of ring queues
- * move into the ring (ring.h); the rest become ready in pgjq.job.
+ * Promote up to `limit` due jobs; returns how many.  They move into the
+ * ring (ring.h); those it has no room for become ready rows of pgjq.job,
+ * which claims move into the ring later.
  */
 static int64
 promote_chunk(int limit)
@@ -68,36 +69,27 @@ static int64
 rescue_chunk(int limit)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	PgjqRunningJob *jobs;
+	int64	   *ids = palloc(sizeof(int64) * limit);
+	int64	   *toks = palloc(sizeof(int64) * limit);
 	int			n;
 
 	pgjq_storage_begin();
-	n = pgjq_storage_expired(now, limit, &jobs);
+	n = pgjq_ring_expired(now, limit, ids, toks);
+
+	/*
+	 * each unless a heartbeat extended the lease or an outcome ended it
+	 * meanwhile
+	 */
 	for (int i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
 		pgjq_metrics_call_begin();
-		(void) pgjq_outcome_fail(jobs[i].id, jobs[i].token, "lease expired", -1, now);
-		pgjq_metrics_job_outcome(jobs[i].token, PGJQ_M_RESCUED, now);
-	}
-	pfree(jobs);
-	/* ring jobs: the same, unless a heartbeat extended the lease meanwhile */
-	if (n < limit)
-	{
-		int64	   *ids = palloc(sizeof(int64) * (limit - n));
-		int64	   *toks = palloc(sizeof(int64) * (limit - n));
-		int			m = pgjq_ring_expired(now, limit - n, ids, toks);
-
-		for (int i = 0; i < m; i++)
-		{
-			CHECK_FOR_INTERRUPTS();
-			pgjq_metrics_call_begin();
-			if (pgjq_outcome_rescue_ring(ids[i], toks[i], now) != 0)
-				pgjq_metrics_job_outcome(toks[i], PGJQ_M_RESCUED, now);
-		}
-		n += m;
+		if (pgjq_outcome_rescue_ring(ids[i], toks[i], now) != 0)
+			pgjq_metrics_job_outcome(toks[i], PGJQ_M_RESCUED, now);
 	}
 	pgjq_storage_end();
+	pfree(ids);
+	pfree(toks);
 	return n;
 }
 

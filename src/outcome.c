@@ -40,7 +40,7 @@ PG_FUNCTION_INFO_V1(pgjq_retry_dead);
  * was requested, dead when its attempts are spent, else a retry at *run_at,
  * after retry_in_us (or the queue's backoff when negative).  Returns the
  * final state character, or 's' for a retry.  Only the decision: the engine
- * applies it under its own fencing (pgjq_storage_fail).
+ * applies it under its own fencing (pgjq_ring_fail).
  */
 char
 pgjq_outcome_decide(const PgjqRunningJob *job, int64 retry_in_us, TimestampTz now,
@@ -57,9 +57,9 @@ pgjq_outcome_decide(const PgjqRunningJob *job, int64 retry_in_us, TimestampTz no
 }
 
 /*
- * Fail (id, token) through the engine; a retry's run_at is noted for the
- * worker, which promotes it on time (it may plan to sleep past it).
- * Returns the outcome as pgjq_storage_fail does (0 when stale).
+ * Fail (id, token) in the ring; a retry's run_at is noted for the worker,
+ * which promotes it on time (it may plan to sleep past it).  Returns the
+ * outcome: 's' a retry, a final state, or 0 when stale.
  */
 static char
 fail_job(int64 id, int64 token, const char *error, int64 retry_in_us, TimestampTz now,
@@ -74,14 +74,9 @@ fail_job(int64 id, int64 token, const char *error, int64 retry_in_us, TimestampT
 	{
 		case PGJQ_RING_FAILED:
 			break;
-		case PGJQ_RING_STALE:
-			return 0;
 		default:
-			/* a ring lease to rescue that left the ring meanwhile: nothing */
-			if (rescue)
-				return 0;
-			r = pgjq_storage_fail(id, token, error, retry_in_us, now, &run_at);
-			break;
+			/* stale, or not a job in flight (a rescued lease that ended) */
+			return 0;
 	}
 	if (r == 's')
 		pgjq_shmem_note_due(run_at);
@@ -106,27 +101,13 @@ pgjq_outcome_rescue_ring(int64 id, int64 token, TimestampTz now)
 	return fail_job(id, token, "lease expired", -1, now, true);
 }
 
-/*
- * Complete (ids[i], tokens[i]) in whichever engine holds each job: the ring
- * answers for its jobs in flight, the table engine for the rest.
- */
+/* Complete (ids[i], tokens[i]); a pair that is not in flight is stale. */
 static int64
 complete_jobs(int n, Datum *ids, Datum *tokens, TimestampTz now)
 {
-	bool	   *ring_handled = palloc(sizeof(bool) * n);
-	int64		done = pgjq_ring_complete(n, ids, tokens, now, ring_handled);
-	int			m = 0;
+	bool	   *handled = palloc(sizeof(bool) * n);
 
-	for (int i = 0; i < n; i++)
-		if (!ring_handled[i])
-		{
-			ids[m] = ids[i];
-			tokens[m] = tokens[i];
-			m++;
-		}
-	if (m > 0)
-		done += pgjq_storage_complete(m, ids, tokens, now);
-	return done;
+	return pgjq_ring_complete(n, ids, tokens, now, handled);
 }
 
 Datum
@@ -359,26 +340,19 @@ pgjq_heartbeat(PG_FUNCTION_ARGS)
 		case PGJQ_RING_EXTENDED:
 			found = true;
 			break;
-		case PGJQ_RING_STALE:
-			found = false;
-			lease_until = 0;
-			break;
 		case PGJQ_RING_CANCELLED:
 			/* its cancellation was requested: it ended as cancelled */
 			pgjq_metrics_job_outcome(token, PGJQ_M_NCOUNTERS, now);
 			pgjq_storage_end();
 			PG_RETURN_NULL();
 		default:
-			lease_until = pgjq_storage_heartbeat(id, token, extend_us, now, &found);
+			/* stale, or not a job in flight */
+			found = false;
+			lease_until = 0;
 			break;
 	}
 	if (!found)
-	{
-		if (pgjq_storage_finish_if_cancelled(id, token, now))
-			pgjq_metrics_job_outcome(token, PGJQ_M_NCOUNTERS, now);
-		else
-			pgjq_metrics_stale(1, &PG_GETARG_DATUM(1));
-	}
+		pgjq_metrics_stale(1, &PG_GETARG_DATUM(1));
 	pgjq_storage_end();
 	if (!found)
 		PG_RETURN_NULL();
@@ -414,11 +388,9 @@ pgjq_snooze(PG_FUNCTION_ARGS)
 		{
 			case PGJQ_RING_FAILED:
 				break;
-			case PGJQ_RING_STALE:
-				r = 0;
-				break;
 			default:
-				r = pgjq_storage_snooze(id, token, now + delay_us, now);
+				/* stale, or not a job in flight */
+				r = 0;
 				break;
 		}
 	}
@@ -452,6 +424,7 @@ pgjq_cancel(PG_FUNCTION_ARGS)
 	/* (a claim it waited for rolled back: ready again) */
 	else if (pgjq_ring_take_ready(PG_GETARG_INT64(0)))
 		r = PGJQ_CANCEL_DONE;
+	/* a job waiting in pgjq.job (delayed, or not yet moved into the ring) */
 	else
 		r = pgjq_storage_cancel(PG_GETARG_INT64(0), GetCurrentTimestamp());
 	pgjq_storage_end();

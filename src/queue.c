@@ -19,8 +19,8 @@
  * The limits live in shared memory (limits.c): setting one needs pgjq in
  * shared_preload_libraries.
  *
- * A queue created while pgjq.engine is 'ring' uses the ring engine (ring.h),
- * which needs shared_preload_libraries; every limit works on it.
+ * Every queue's jobs live in the ring engine (ring.h), which needs
+ * shared_preload_libraries.
  *
  *-------------------------------------------------------------------------
  */
@@ -123,16 +123,7 @@ pgjq_create_queue(PG_FUNCTION_ARGS)
 	if (s.retention_us < 0)
 		s.retention_us = USECS_PER_DAY;
 	check_backoff(s.backoff_base_us, s.backoff_max_us);
-	s.engine = (char) pgjq_engine;
-
-	/*
-	 * A 0.1.0 schema (the new library before ALTER EXTENSION UPDATE) has only
-	 * the table engine: its queues become ring queues at the update.
-	 */
-	if (s.engine == PGJQ_ENGINE_RING && !pgjq_storage_queue_has_engine())
-		s.engine = PGJQ_ENGINE_TABLE;
-	if (s.engine == PGJQ_ENGINE_RING)
-		pgjq_ring_require();
+	pgjq_ring_require();
 
 	pgjq_storage_begin();
 	if (!pgjq_storage_queue_insert(name, &s))
@@ -160,7 +151,7 @@ pgjq_alter_queue(PG_FUNCTION_ARGS)
 	/* a limit raised or removed lets waiting claims take ready jobs */
 	if (s.concurrency >= 0 || s.key_concurrency >= 0 || s.rate >= 0 || s.burst >= 0)
 		pgjq_wait_note_ready(queue.queue_id, PG_INT32_MAX);
-	if (s.key_concurrency >= 0 && queue.engine == PGJQ_ENGINE_RING)
+	if (s.key_concurrency >= 0)
 		pgjq_ring_queue_altered(queue.queue_id);
 	PG_RETURN_VOID();
 }
@@ -176,13 +167,13 @@ pgjq_drop_queue(PG_FUNCTION_ARGS)
 	pgjq_storage_begin();
 	pgjq_storage_queue_lock(name, AccessExclusiveLock);
 	pgjq_storage_queue_get_or_error(name, &queue);
-	running = pgjq_storage_queue_delete(queue.queue_id, force);
-	if (queue.engine == PGJQ_ENGINE_RING)
 	{
 		int64		ready;
 
-		running += pgjq_ring_drop_jobs(queue.queue_id, true, force, &ready);
+		running = pgjq_ring_drop_jobs(queue.queue_id, true, force, &ready);
 	}
+	if (running == 0 || force)
+		pgjq_storage_queue_delete(queue.queue_id);
 	if (running > 0 && !force)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
@@ -234,7 +225,6 @@ pgjq_purge(PG_FUNCTION_ARGS)
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(name, &queue);
 	n = pgjq_storage_queue_purge(queue.queue_id);
-	if (queue.engine == PGJQ_ENGINE_RING)
 	{
 		int64		ready;
 

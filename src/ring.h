@@ -5,20 +5,21 @@
  *	  claims taken from shared memory, space back by TRUNCATE (docs/design.md,
  *	  "The ring engine").
  *
- * A queue uses the ring when it was created while the superuser setting
- * pgjq.engine was 'ring' (pgjq.queue.engine = 'r').  Its immediate jobs
- * (no run_at in the future, no dedup_key) live in the ring from enqueue to
- * completion.  A running ring job never leaves the ring: every outcome
+ * Every queue's jobs that are due live in the ring from enqueue to their
+ * end; every claim takes from the ring.  A running job never leaves the
+ * ring: every outcome
  * closes its claim with one log row ('d' completed, 'f' failed, snoozed or
  * rescued, 'x' cancelled) and writes the job once where it goes (the
  * history, or a scheduled row of pgjq.job for a retry or a snooze, which
  * promotion appends to the ring again when it is due); a heartbeat writes
  * one 'h' row and a cancellation request one 'q' row, applied to the
- * in-flight entry at commit.  What stays the table engine's (pgjq.job):
- * delayed jobs until due, deduplicated jobs, redriven dead jobs, and a
- * backlog beyond the ring's shared memory.  Claims of a ring queue take
- * from the table engine first when it may have ready jobs of the queue (a
- * flag in shared memory, cleared by a claim that found none there).
+ * in-flight entry at commit.  A job with a dedup_key holds its key with an
+ * anchor row in pgjq.job (state 'n'), which its end deletes.  What waits in
+ * pgjq.job instead: delayed jobs until due, and ready rows (redriven dead
+ * jobs, a backlog beyond the ring's shared memory, a promotion the ring had
+ * no room for).  While pgjq.job may have ready rows of a queue (a flag in
+ * shared memory, cleared by a claim that found none there), its claims move
+ * up to a batch of them into the ring first.
  *
  * ring_shmem.c owns the shared state and the transaction callbacks;
  * ring_store.c the tables, the rebuild and the operations below.
@@ -30,12 +31,7 @@
 
 #include "storage.h"
 
-/* pgjq.queue.engine */
-#define PGJQ_ENGINE_TABLE	't'
-#define PGJQ_ENGINE_RING	'r'
-
 /* guc.c */
-extern int	pgjq_engine;		/* for new queues: PGJQ_ENGINE_* */
 extern int	pgjq_ring_positions;
 extern int	pgjq_ring_max_in_flight;
 extern int	pgjq_ring_max_lanes;
@@ -67,36 +63,30 @@ extern int	pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_
 							PgjqClaimedJob *jobs);
 
 /*
- * Whether a claim of the ring queue should ask the table engine first: it
- * may have ready jobs of the queue.  *gen is what to pass to
- * pgjq_ring_table_empty when the table engine then had none.
+ * Whether a claim of the queue should move ready rows of pgjq.job into the
+ * ring first: it may have some.  *gen is what to pass to
+ * pgjq_ring_table_empty when it then had none.
  */
 extern bool pgjq_ring_table_first(int32 queue_id, uint64 *gen);
 extern void pgjq_ring_table_empty(int32 queue_id, uint64 gen);
 
-/* the most urgent priority with a ready ring job of the queue */
-extern bool pgjq_ring_first_ready_priority(int32 queue_id, int16 *priority);
-
-/* this transaction claimed from the table engine for the ring queue */
-extern void pgjq_ring_note_table_claim(int32 queue_id);
-
 /*
  * Complete the pairs that are ring jobs in flight; handled[i] is set for
- * each pair the ring answered (completed or stale), the others are the table
- * engine's.  Returns how many it completed.
+ * each pair the ring answered (completed or stale); the others are no job
+ * in flight (stale too).  Returns how many it completed.
  */
 extern int64 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now,
 								bool *handled);
 
 /* what became of (id, token) */
-#define PGJQ_RING_NOT_MINE	0	/* not a ring job in flight: ask the table */
+#define PGJQ_RING_NOT_MINE	0	/* not a job in flight */
 #define PGJQ_RING_STALE		1	/* a ring job, but the token is stale */
 
 /*
  * Extend the lease of (id, token) to now + extend_us (the queue's lease when
  * negative) if it is a ring job in flight: PGJQ_RING_EXTENDED (*lease_until
  * set), PGJQ_RING_CANCELLED (its cancellation was requested: it ended as
- * cancelled), PGJQ_RING_STALE, or PGJQ_RING_NOT_MINE (ask the table engine).
+ * cancelled), PGJQ_RING_STALE, or PGJQ_RING_NOT_MINE.
  */
 #define PGJQ_RING_EXTENDED	3
 #define PGJQ_RING_CANCELLED	5
@@ -106,7 +96,7 @@ extern int64 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz no
  * flight, without moving it first; lease_before (rescue): only if its lease
  * ends before that.  PGJQ_RING_FAILED with *outcome ('s': scheduled at
  * *run_at in pgjq.job; or PGJQ_FINISHED_DEAD), PGJQ_RING_STALE, or
- * PGJQ_RING_NOT_MINE (ask the table engine).
+ * PGJQ_RING_NOT_MINE.
  */
 #define PGJQ_RING_FAILED	4
 extern int	pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
@@ -115,8 +105,12 @@ extern int	pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_
 extern int	pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now,
 								TimestampTz *lease_until);
 
-/* due jobs of ring queues from pgjq.job into the ring (maintenance.c) */
+/*
+ * due jobs from pgjq.job into the ring (maintenance.c); ready rows of a
+ * queue into the ring (a claim: *left, some may be left)
+ */
 extern int64 pgjq_ring_promote(TimestampTz now, int limit);
+extern int64 pgjq_ring_promote_ready(int32 queue_id, int limit, bool *left);
 
 /*
  * cancel of a ring job in flight: its cancellation is requested (true); of

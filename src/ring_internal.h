@@ -107,7 +107,7 @@ struct RingQueue
 	int64		running;		/* in flight, claims not committed too */
 	int64		claiming;		/* in flight by claims not committed */
 	int64		claiming_own;	/* of them, jobs the claimer enqueued */
-	bool		table_maybe;	/* the table engine may have ready jobs */
+	bool		table_maybe;	/* pgjq.job may have ready rows of the queue */
 	uint64		table_gen;		/* bumped whenever table_maybe is set */
 	RingPrio	prios[RING_MAX_PRIOS];	/* ascending: lower runs first */
 };
@@ -141,6 +141,8 @@ typedef struct RingFlight
 	uint8		state;
 	bool		pending;		/* its enqueue is this claimer's, uncommitted */
 	bool		cancel_requested;	/* cancel() of the running job committed */
+	bool		anchored;		/* has a dedup anchor in pgjq.job (its body
+								 * has a dedup_key): the end deletes it */
 	int32		attempt;
 	int32		queue_id;
 	RingLane   *lane;			/* its running count is one of this entry */

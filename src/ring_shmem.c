@@ -187,7 +187,7 @@ ring_clear_db(RingDb *db)
 
 /*
  * A queue's record, made if missing with create (NULL when the table is
- * full).  A new record assumes the table engine may have ready jobs.
+ * full).  A new record assumes pgjq.job may have ready rows of the queue.
  */
 RingQueue *
 ring_queue_get(int32 queue_id, bool create)
@@ -602,6 +602,7 @@ ring_flight_enter(int64 id)
 		f->reloc_slot = RING_NO_SLOT;
 		f->claim_slot = RING_NO_SLOT;
 		f->cancel_requested = false;
+		f->anchored = false;
 	}
 	return f;
 }
@@ -1054,7 +1055,7 @@ ring_truncating(void)
 }
 
 /*
- * The table engine may have ready jobs of the queue once this transaction
+ * pgjq.job may have ready rows of the queue once this transaction
  * ends (at_commit_only: once it commits): claims must look there again.
  */
 void
@@ -1070,7 +1071,7 @@ ring_note_table_touch(int32 queue_id, bool at_commit_only)
 	n_touch++;
 }
 
-/* Did this transaction make table-engine jobs of the queue ready? */
+/* Did this transaction make ready rows of the queue in pgjq.job? */
 bool
 ring_touched_here(int32 queue_id)
 {
@@ -1335,7 +1336,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			pgjq_crash_point("commit");
-			/* only table-engine jobs became ready: most often no ring queue */
+			/* nothing of the ring's, no ready row in pgjq.job: nothing to do */
 			if (n_enq == 0 && n_claim == 0 && n_close == 0 && n_drop == 0 && n_reloc == 0 &&
 				n_unpark == 0 && n_ext == 0 && !any_writer &&
 				my_truncating < 0 && !touches_ring_queue())
@@ -1548,9 +1549,9 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
- * The table engine made jobs of a queue ready (enqueue, promotion, retry of
- * a dead job): for a ring queue, its claims must look there again once this
- * transaction commits.
+ * pgjq.job got ready rows of a queue (an enqueue the ring had no room for,
+ * a promotion likewise, retry of a dead job): the queue's claims must look
+ * there again once this transaction commits.
  */
 static PgjqBecameReadyHook prev_became_ready_hook = NULL;
 

@@ -80,7 +80,8 @@
 #define B_PAYLOAD	9
 #define B_LASTERR	10
 #define B_RUNAT		11
-#define B_NATTS		11
+#define B_DEDUP		12
+#define B_NATTS		12
 
 /* relation OIDs of this database, looked up once per backend and database */
 static Oid	cached_db = InvalidOid;
@@ -387,6 +388,7 @@ typedef struct BodyRow
 	Datum		payload;
 	Datum		last_error;		/* text or 0 */
 	TimestampTz run_at;			/* 0: enqueued_at */
+	Datum		dedup_key;		/* text or 0: it has an anchor in pgjq.job */
 } BodyRow;
 
 static bool standby_job(int64 id, char *state, TimestampTz *lease, char **worker, bool *cancel,
@@ -417,6 +419,8 @@ body_values(const BodyRow *b, Datum *values, bool *nulls)
 	nulls[B_LASTERR - 1] = b->last_error == (Datum) 0;
 	values[B_RUNAT - 1] = TimestampTzGetDatum(b->run_at);
 	nulls[B_RUNAT - 1] = b->run_at == 0;
+	values[B_DEDUP - 1] = b->dedup_key;
+	nulls[B_DEDUP - 1] = b->dedup_key == (Datum) 0;
 }
 
 /* A body row's fields; payload and key detoasted copies in the current context. */
@@ -443,6 +447,8 @@ body_read(HeapTuple tup, TupleDesc desc, BodyRow *b)
 	b->last_error = isnull ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
 	d = heap_getattr(tup, B_RUNAT, desc, &isnull);
 	b->run_at = isnull ? 0 : DatumGetTimestampTz(d);
+	d = heap_getattr(tup, B_DEDUP, desc, &isnull);
+	b->dedup_key = isnull ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
 }
 
 /* The body at a published position (no MVCC test: publication proves it). */
@@ -769,11 +775,21 @@ pgjq_ring_has_room(int n)
 	return used + n + pgjq_ring_positions / 16 <= pgjq_ring_positions;
 }
 
+/*
+ * Jobs due now into the ring.  Jobs with a dedup_key first insert their
+ * anchor into pgjq.job (pgjq_storage_enqueue with jobs->anchors: the unique
+ * index decides, with ON CONFLICT, exactly as for a job of pgjq.job), and
+ * only the positions that made a new anchor are appended, under the ids
+ * drawn there; the others got the existing job's id.
+ */
 void
 pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 {
 	int			n = jobs->n;
 	BodyRow    *rows = palloc(sizeof(BodyRow) * n);
+	bool		keyed = false;
+	bool	   *created = NULL;
+	int			m = 0;
 
 	if (n == 0)
 		return;
@@ -781,12 +797,57 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot use a ring queue during recovery")));
+	for (int i = 0; keyed == false && jobs->dedup_keys != NULL && i < n; i++)
+		keyed = !jobs->dedup_key_nulls[i];
+	if (keyed)
+	{
+		/* the anchors of the positions with a key, as a call of their own */
+		PgjqNewJobs a = *jobs;
+		int		   *pos = palloc(sizeof(int) * n);
+		int			k = 0;
+
+		a.ids = palloc(sizeof(int64) * n);
+		a.payloads = palloc(sizeof(Datum) * n);
+		a.fair_keys = palloc(sizeof(Datum) * n);
+		a.fair_key_nulls = palloc(sizeof(bool) * n);
+		a.dedup_keys = palloc(sizeof(Datum) * n);
+		a.dedup_key_nulls = palloc0(sizeof(bool) * n);
+		a.created = palloc0(sizeof(bool) * n);
+		a.anchors = true;
+		for (int i = 0; i < n; i++)
+		{
+			if (jobs->dedup_key_nulls[i])
+				continue;
+			a.payloads[k] = jobs->payloads[i];
+			a.fair_key_nulls[k] = !jobs->fair_keys || jobs->fair_key_nulls[i];
+			a.fair_keys[k] = a.fair_key_nulls[k] ? (Datum) 0 : jobs->fair_keys[i];
+			a.dedup_keys[k] = jobs->dedup_keys[i];
+			pos[k++] = i;
+		}
+		a.n = k;
+		pgjq_storage_enqueue(queue_id, &a);
+		created = palloc(sizeof(bool) * n);
+		for (int i = 0; i < n; i++)
+			created[i] = jobs->dedup_key_nulls[i];
+		for (int j = 0; j < k; j++)
+		{
+			jobs->ids[pos[j]] = a.ids[j];
+			created[pos[j]] = a.created[j];
+		}
+	}
 	for (int i = 0; i < n; i++)
 	{
-		BodyRow    *b = &rows[i];
+		BodyRow    *b = &rows[m];
 
-		b->id = nextval_internal(jobseq_oid, false);
-		jobs->ids[i] = b->id;
+		if (keyed && !created[i])
+			continue;
+		if (keyed && !jobs->dedup_key_nulls[i])
+			b->id = jobs->ids[i];
+		else
+		{
+			b->id = nextval_internal(jobseq_oid, false);
+			jobs->ids[i] = b->id;
+		}
 		b->after = 0;
 		b->queue_id = queue_id;
 		b->enqueued_at = jobs->enqueued_at;
@@ -799,8 +860,11 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 		b->payload = jobs->payloads[i];
 		b->last_error = (Datum) 0;
 		b->run_at = 0;
+		b->dedup_key = keyed && !jobs->dedup_key_nulls[i] ? jobs->dedup_keys[i] : (Datum) 0;
+		m++;
 	}
-	append_and_publish(queue_id, n, rows);
+	if (m > 0)
+		append_and_publish(queue_id, m, rows);
 }
 
 /* ---------------------------------------------------------------------
@@ -808,24 +872,28 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
  * --------------------------------------------------------------------- */
 
 /*
- * The due scheduled jobs of ring queues that have no dedup_key (a dedup key
- * is unique through pgjq.job's index, so those jobs stay there), the
- * earliest first; locked rows are skipped.  With the xmin of each, then
- * taken out of pgjq.job by id, ordered by queue for append_and_publish.
+ * The due scheduled jobs of ring queues, the earliest first; locked rows are
+ * skipped.  With the xmin of each, then taken out of pgjq.job by id, ordered
+ * by queue for append_and_publish: deleted, or for a job with a dedup_key
+ * turned into its anchor (state 'n', the payload dropped), so that the key
+ * stays held without a gap.
  */
 static PgjqPlan plan_promote_pick = {
-	"SELECT s.id, s.xmin FROM pgjq.job s JOIN pgjq.queue q ON q.queue_id = s.queue_id"
-	" WHERE s.state = 's' AND s.run_at <= $1 AND q.engine = 'r' AND s.dedup_key IS NULL"
+	"SELECT s.id, s.xmin FROM pgjq.job s"
+	" WHERE s.state = 's' AND s.run_at <= $1"
 	" ORDER BY s.run_at LIMIT $2"
 	"   FOR UPDATE OF s SKIP LOCKED",
 	2, {TIMESTAMPTZOID, INT4OID}
 };
 static PgjqPlan plan_promote_out = {
-	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = ANY ($1)"
+	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = ANY ($1) AND j.dedup_key IS NULL"
 	"            RETURNING j.id, j.queue_id, j.priority, j.fair_key, j.attempt, j.max_attempts,"
-	"                      j.token, j.enqueued_at, j.payload, j.last_error, j.run_at)"
-	" SELECT id, queue_id, priority, fair_key, attempt, max_attempts, token, enqueued_at,"
-	"        payload, last_error, run_at FROM d ORDER BY queue_id, run_at, id",
+	"                      j.token, j.enqueued_at, j.payload, j.last_error, j.run_at, j.dedup_key),"
+	" a AS (UPDATE pgjq.job j SET state = 'n', payload = '{}', last_error = NULL, worker = NULL"
+	"         FROM pgjq.job o WHERE o.id = j.id AND j.id = ANY ($1) AND j.dedup_key IS NOT NULL"
+	"            RETURNING o.id, o.queue_id, o.priority, o.fair_key, o.attempt, o.max_attempts,"
+	"                      o.token, o.enqueued_at, o.payload, o.last_error, o.run_at, o.dedup_key)"
+	" SELECT * FROM (SELECT * FROM d UNION ALL SELECT * FROM a) x ORDER BY queue_id, run_at, id",
 	1, {INT8ARRAYOID}
 };
 
@@ -836,47 +904,55 @@ static PgjqPlan plan_promote_out = {
  * never claimed; the attempt about to run), behind the ready jobs of their
  * lane.  So a retried, snoozed, rescued or delayed job is claimed by the
  * ring's one round robin, not from a second store.  Returns how many; the
- * caller promotes the rest (table queues, dedup keys) in pgjq.job.  Taken
+ * caller promotes the rest (table queues) in pgjq.job.  Taken
  * no further than the ring has room for positions now, so a full ring
  * leaves jobs to pgjq.job instead of failing the promotion.
  */
-int64
-pgjq_ring_promote(TimestampTz now, int limit)
+/* How many jobs a promotion may append now: half the free positions when fewer than limit. */
+static int
+promote_room(int limit)
 {
-	Datum		values[2];
-	int			n;
 	int64		room;
-	int64	   *ids;
-	BodyRow    *rows;
-	MemoryContext old;
 
-	if (ring == NULL || limit <= 0 || !ensure_ready(false))
-		return 0;
 	LWLockAcquire(ring->lock, LW_SHARED);
 	room = (int64) pgjq_ring_positions - ring->count - ring->reserved - ring->held;
 	LWLockRelease(ring->lock);
 	if (room < limit)
 		limit = (int) Max(room / 2, 0);
-	if (limit <= 0)
-		return 0;
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(limit);
-	pgjq_spi_run(&plan_promote_pick, values, NULL, 0);
-	ids = palloc(sizeof(int64) * Max(SPI_processed, 1));
-	n = 0;
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
+	return limit;
+}
 
-		/*
-		 * A row this transaction wrote (a snooze or a retry of a ring job it
-		 * moved out of the ring) stays in pgjq.job: a second version of a job
-		 * in one transaction, claimed and moved again before it commits, is
-		 * what the ring's pending lists do not follow
-		 */
-		if (TransactionIdIsCurrentTransactionId(DatumGetTransactionId(pgjq_spi_get((int) r, 2, &isnull))))
-			continue;
+/*
+ * The rows the last pick statement returned (id, xmin) out of pgjq.job and
+ * into the ring as each job's next version.  A job that still has an
+ * in-flight entry (failed, snoozed or ended dead by this transaction, or by
+ * one whose commit has not reached its callback yet: the entry goes there)
+ * stays in pgjq.job: one id has one entry, and the worker or the next claim
+ * promotes it later.
+ */
+static int64
+promote_picked(void)
+{
+	Datum		values[1];
+	int			n = 0;
+	int64	   *ids;
+	BodyRow    *rows;
+	MemoryContext old;
+	uint64		picked = SPI_processed;
+
+	ids = palloc(sizeof(int64) * Max(picked, 1));
+	for (uint64 r = 0; r < picked; r++)
 		ids[n++] = pgjq_spi_get_int64((int) r, 1);
+	if (n > 0)
+	{
+		int			m = 0;
+
+		LWLockAcquire(ring->lock, LW_SHARED);
+		for (int i = 0; i < n; i++)
+			if (ring_flight_find(ids[i]) == NULL)
+				ids[m++] = ids[i];
+		LWLockRelease(ring->lock);
+		n = m;
 	}
 	if (n == 0)
 		return 0;
@@ -908,6 +984,8 @@ pgjq_ring_promote(TimestampTz now, int limit)
 		d = pgjq_spi_get(r, 10, &isnull);
 		b->last_error = isnull ? (Datum) 0 : datumCopy(d, false, -1);
 		b->run_at = DatumGetTimestampTz(pgjq_spi_get(r, 11, &isnull));
+		d = pgjq_spi_get(r, 12, &isnull);
+		b->dedup_key = isnull ? (Datum) 0 : datumCopy(d, false, -1);
 	}
 	MemoryContextSwitchTo(old);
 	for (int a = 0, z; a < n; a = z)
@@ -916,6 +994,71 @@ pgjq_ring_promote(TimestampTz now, int limit)
 			;
 		append_and_publish(rows[a].queue_id, z - a, rows + a);
 	}
+	return n;
+}
+
+int64
+pgjq_ring_promote(TimestampTz now, int limit)
+{
+	Datum		values[2];
+
+	if (ring == NULL || limit <= 0 || !ensure_ready(false))
+		return 0;
+	limit = promote_room(limit);
+	if (limit <= 0)
+		return 0;
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(limit);
+	pgjq_spi_run(&plan_promote_pick, values, NULL, 0);
+	return promote_picked();
+}
+
+/*
+ * Ready rows of a ring queue in pgjq.job (a backlog that found the ring full,
+ * dead jobs redriven, 0.1.0's ready jobs, a promotion the ring had no room
+ * for), the most urgent first, by the index's order (priority, fair key, id).
+ */
+static PgjqPlan plan_promote_ready_pick = {
+	"SELECT j.id, j.xmin FROM pgjq.job j"
+	" WHERE j.queue_id = $1 AND j.state = 'r'"
+	" ORDER BY j.priority, j.fair_key, j.id LIMIT $2"
+	"   FOR UPDATE SKIP LOCKED",
+	2, {INT4OID, INT4OID}
+};
+
+/*
+ * A claim of a ring queue whose pgjq.job may hold ready rows moves up to
+ * limit of them into the ring first (as this transaction's own jobs: it
+ * takes them after the committed ones, and they are everyone's at its
+ * commit).  Returns how many; *left is set when rows may remain.
+ */
+int64
+pgjq_ring_promote_ready(int32 queue_id, int limit, bool *left)
+{
+	Datum		values[2];
+	int			room;
+	int64		n;
+	uint64		picked;
+
+	*left = true;
+	if (ring == NULL || limit <= 0 || !ensure_ready(false))
+		return 0;
+	room = promote_room(limit);
+	if (room <= 0)
+		return 0;
+	values[0] = Int32GetDatum(queue_id);
+	values[1] = Int32GetDatum(room);
+	pgjq_spi_run(&plan_promote_ready_pick, values, NULL, 0);
+	picked = SPI_processed;
+	/* rows may remain: the limit was reached, or in-flight ones skipped */
+	*left = picked == (uint64) room;
+	if (picked == 0)
+		return 0;
+	n = promote_picked();
+	if (n < (int64) picked)
+		*left = true;
+	/* promoted here and rolled back: ready in pgjq.job again */
+	ring_note_table_touch(queue_id, false);
 	return n;
 }
 
@@ -947,6 +1090,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	RingPos    *got;
 	int64	   *gotids;
 	uint64	   *gothash;		/* limits.c's hash of each job's key */
+	bool	   *anchored;
 	int			k = 0;
 	int64		tok;
 	TransactionId xid;
@@ -986,6 +1130,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	got = palloc(sizeof(RingPos) * batch);
 	gotids = palloc(sizeof(int64) * batch);
 	gothash = palloc(sizeof(uint64) * batch);
+	anchored = palloc(sizeof(bool) * batch);
 	ring_reserve_local(0, batch, 0);
 
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
@@ -1131,6 +1276,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		jobs[i].fair_key = b.fair_key;
 		jobs[i].priority = b.priority;
 		jobs[i].enqueued_at = b.enqueued_at;
+		anchored[i] = b.dedup_key != (Datum) 0;
 	}
 	MemoryContextSwitchTo(old);
 	for (int s = 0; s < RING_NSLOTS; s++)
@@ -1147,6 +1293,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		{
 			f->attempt = jobs[i].attempt;
 			f->enqueued_at = jobs[i].enqueued_at;
+			f->anchored = anchored[i];
 			f->claim_tid = claim_tid;
 			f->claim_slot = (uint16) claim_slot;
 		}
@@ -1184,7 +1331,7 @@ pgjq_ring_table_first(int32 queue_id, uint64 *gen)
 	return maybe;
 }
 
-/* The table engine had no ready job of the queue when the flag was at gen. */
+/* pgjq.job had no ready row of the queue when the flag was at gen. */
 void
 pgjq_ring_table_empty(int32 queue_id, uint64 gen)
 {
@@ -1199,34 +1346,6 @@ pgjq_ring_table_empty(int32 queue_id, uint64 gen)
 	if (q != NULL && q->table_gen == gen)
 		q->table_maybe = false;
 	LWLockRelease(ring->lock);
-}
-
-/* The most urgent priority with a ready ring job of the queue; false if none. */
-bool
-pgjq_ring_first_ready_priority(int32 queue_id, int16 *priority)
-{
-	RingQueue  *q;
-	bool		found = false;
-
-	if (ring == NULL)
-		return false;
-	LWLockAcquire(ring->lock, LW_SHARED);
-	q = ring_queue_get(queue_id, false);
-	for (int i = 0; q != NULL && i < q->nprios && !found; i++)
-		if (q->prios[i].head != NULL)
-		{
-			*priority = (int16) q->prios[i].priority;
-			found = true;
-		}
-	LWLockRelease(ring->lock);
-	return found;
-}
-
-void
-pgjq_ring_note_table_claim(int32 queue_id)
-{
-	if (ring != NULL)
-		ring_note_table_touch(queue_id, false);
 }
 
 /* ---------------------------------------------------------------------
@@ -1280,8 +1399,8 @@ close_claims(int n, const int64 *ids, const int64 *toks, bool *found, bool *ok,
 
 		/*
 		 * A job this transaction already closed (completed, failed or taken
-		 * out) is no ring job for it any more: the table engine answers (a
-		 * retried job is a scheduled row there, a finished one is stale).
+		 * out) is no job in flight for it any more: stale (a retried job is a
+		 * scheduled row of pgjq.job, a finished one is history).
 		 */
 		if (f != NULL && f->state == RF_CLOSING && f->xid == xid)
 			f = NULL;
@@ -1310,7 +1429,7 @@ close_claims(int n, const int64 *ids, const int64 *toks, bool *found, bool *ok,
 	return nok;
 }
 
-/* Is any of the ids a ring job in flight? (a shared look, for the table engine's jobs) */
+/* Is any of the ids a job in flight? (a shared look: the fast "stale") */
 static bool
 any_in_flight(int n, const int64 *ids)
 {
@@ -1345,8 +1464,7 @@ static bool body_by_id(int64 id, BodyRow *out, int *slot, ItemPointerData *tid, 
  * Without the preload (a server restarted without it) the ring's state is
  * not there to act on: an outcome for a job whose body is in the ring's
  * tables raises 55000 with the hint, rather than answering "stale" or
- * "not found" for a job that job(id) still shows ready or running.  Table
- * queues' jobs (no body here) go on to the table engine as before.
+ * "not found" for a job that job(id) still shows ready or running.
  */
 static void
 require_for_ring_jobs(int n, const int64 *ids)
@@ -1363,8 +1481,8 @@ require_for_ring_jobs(int n, const int64 *ids)
 }
 
 /*
- * Could id be a ring job in flight?  (The outcomes on one job ask first: no
- * for a job of the table engine, which is then its engine's.)
+ * Could id be a job in flight?  (The outcomes on one job ask first: no
+ * means stale, without taking the lock exclusively.)
  */
 static bool
 maybe_in_flight(int64 id)
@@ -1382,17 +1500,34 @@ static PgjqPlan plan_history_one = {
 	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key,"
 	"                              attempt, max_attempts, token, enqueued_at, finished_at,"
 	"                              worker, last_error, payload)"
-	" VALUES ($1, $2, $3, $4, coalesce($5, ''), NULL, $6, $7, $8, $9, $10, $11, $12, $13)",
-	13, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}
+	" VALUES ($1, $2, $3, $4, coalesce($5, ''), $14, $6, $7, $8, $9, $10, $11, $12, $13)",
+	14, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID}
 };
+
+/* the dedup anchors of jobs that ended: their keys are free again */
+static PgjqPlan plan_anchors_end = {
+	"DELETE FROM pgjq.job WHERE id = ANY ($1) AND state = 'n'",
+	1, {INT8ARRAYOID}
+};
+
+static void
+anchors_end(int n, const int64 *ids)
+{
+	Datum		v[1];
+
+	if (n == 0)
+		return;
+	v[0] = PointerGetDatum(int8_array(ids, n));
+	pgjq_spi_run(&plan_anchors_end, v, NULL, 0);
+}
 
 static void
 history_one(const BodyRow *b, char state, int32 attempt, int64 token, const char *worker,
 			Datum last_error, TimestampTz now)
 {
-	Datum		values[13];
-	char		nulls[14] = "             ";
+	Datum		values[14];
+	char		nulls[15] = "              ";
 
 	values[0] = Int64GetDatum(b->id);
 	values[1] = Int32GetDatum(b->queue_id);
@@ -1412,8 +1547,12 @@ history_one(const BodyRow *b, char state, int32 attempt, int64 token, const char
 	/* a dead job keeps its payload for retry_dead */
 	values[12] = b->payload;
 	nulls[12] = state == PGJQ_FINISHED_DEAD ? ' ' : 'n';
+	values[13] = b->dedup_key;
+	nulls[13] = b->dedup_key ? ' ' : 'n';
 	pgjq_history_ensure(now);
 	pgjq_spi_run(&plan_history_one, values, nulls, 0);
+	if (b->dedup_key)
+		anchors_end(1, &b->id);
 	if (pgjq_jobs_finished_hook)
 		pgjq_jobs_finished_hook(b->queue_id, state, 1);
 }
@@ -1482,6 +1621,13 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 			m++;
 		}
 	log_closes('d', now, nok, cid, ctok);
+
+	/* the anchors of completed jobs with a dedup_key (cancelled: below) */
+	m = 0;
+	for (int i = 0; i < n; i++)
+		if (ok[i] && fl[i].anchored && !fl[i].cancel_requested)
+			cid[m++] = idv[i];
+	anchors_end(m, cid);
 
 	/*
 	 * a job whose cancellation was requested ends as cancelled, and does not
@@ -1566,7 +1712,17 @@ static PgjqPlan plan_queue_backoff = {
 	1, {INT4OID}
 };
 
-/* a retry or a snooze: the job's next attempt waits in pgjq.job */
+/*
+ * a retry or a snooze: the job's next attempt waits in pgjq.job; a job with
+ * a dedup_key turns its anchor into that row (the key stays held)
+ */
+static PgjqPlan plan_fail_schedule_anchor = {
+	"UPDATE pgjq.job SET state = 's', attempt = $5, max_attempts = $6, token = $7, run_at = $9,"
+	"                    lease_until = NULL, worker = $10, last_error = $11, payload = $12"
+	" WHERE id = $1 AND state = 'n'",
+	12, {INT8OID, INT4OID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}
+};
 static PgjqPlan plan_fail_schedule = {
 	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
 	"                      max_attempts, token, enqueued_at, run_at, lease_until, worker,"
@@ -1665,7 +1821,12 @@ pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 		values[10] = last_error;
 		nulls[10] = last_error ? ' ' : 'n';
 		values[11] = b.payload;
-		pgjq_spi_run(&plan_fail_schedule, values, nulls, 0);
+		pgjq_spi_run(b.dedup_key ? &plan_fail_schedule_anchor : &plan_fail_schedule,
+					 values, nulls, 0);
+		if (SPI_processed != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("pgjq ring: the dedup anchor of job " INT64_FORMAT " is missing", id)));
 	}
 	else
 		history_one(&b, r, attempt, f.token, worker, last_error, now);
@@ -1751,7 +1912,7 @@ pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now,
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
 	f = flight_settled(id, token, xid);
 	if (f == NULL || (f->state == RF_CLOSING && f->xid == xid))
-		r = PGJQ_RING_NOT_MINE; /* as close_claims: the table engine answers */
+		r = PGJQ_RING_NOT_MINE; /* as close_claims: stale */
 	else if (f->token != token)
 		r = PGJQ_RING_STALE;
 	else if (f->cancel_requested)
@@ -2375,7 +2536,12 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 		}
 		LWLockRelease(ring->lock);
 		if (k > 0)
+		{
 			log_append(tok, GetCurrentTimestamp(), 'x', ids, k);
+			/* their dedup anchors, if any (drop_queue deletes them anyway) */
+			if (!drop)
+				anchors_end(k, ids);
+		}
 		*nready += k;
 	}
 
@@ -2528,6 +2694,7 @@ typedef struct RbBody
 	ItemPointerData tid;
 	uint16		slot;
 	uint8		copies;			/* bit s: slot s holds this version too */
+	bool		anchored;		/* has a dedup_key (an anchor in pgjq.job) */
 	ItemPointerData tids[RING_NSLOTS];	/* where, by slot */
 	RingLaneKey key;
 } RbBody;
@@ -2730,6 +2897,7 @@ scan_tables(RbScan *sc, bool latest)
 				b->tid = tup->t_self;
 				b->slot = s;
 				b->copies = 0;
+				b->anchored = r.dedup_key != (Datum) 0;
 				body_lane_key(&r, &b->key);
 			}
 			if (b->after == after)
@@ -2868,6 +3036,7 @@ rebuild(void)
 			}
 			f->state = RF_OPEN;
 			f->attempt = b->attempt;
+			f->anchored = b->anchored;
 			f->queue_id = b->queue_id;
 			f->lane = l;
 			l->running++;
@@ -3060,6 +3229,11 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 			values[6] = datumCopy(b.fair_key, false, -1);
 			nulls[6] = false;
 		}
+		if (b.dedup_key)
+		{
+			values[7] = datumCopy(b.dedup_key, false, -1);
+			nulls[7] = false;
+		}
 		values[8] = datumCopy(b.payload, false, -1);
 		nulls[8] = false;
 		if (b.last_error)
@@ -3229,6 +3403,10 @@ state_name(char st, int64 token)
  * in either, and each slot's count of unfinished jobs must match.  Returns
  * the disagreements (rows allocated in the caller's context).
  */
+static PgjqPlan plan_verify_anchors = {
+	"SELECT id FROM pgjq.job WHERE state = 'n'", 0, {InvalidOid}
+};
+
 static int
 verify_once(PgjqVerifyRow **rows)
 {
@@ -3246,6 +3424,8 @@ verify_once(PgjqVerifyRow **rows)
 	int			n = 0,
 				max = 16;
 	bool		ready;
+	HTAB	   *anchors;
+	int64	   *aid;
 
 	*rows = palloc(sizeof(PgjqVerifyRow) * max);
 	scan_tables(&sc, true);
@@ -3296,6 +3476,28 @@ verify_once(PgjqVerifyRow **rows)
 	if (!ready)
 		return 0;				/* rebuilt from the tables at its first call */
 
+	/*
+	 * the dedup anchors in pgjq.job, read with a snapshot as new as the
+	 * scan's
+	 */
+	{
+		HASHCTL		actl;
+
+		memset(&actl, 0, sizeof(actl));
+		actl.keysize = sizeof(int64);
+		actl.entrysize = sizeof(int64);
+		actl.hcxt = CurrentMemoryContext;
+		anchors = hash_create("pgjq ring verify anchors", 64, &actl,
+							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		pgjq_spi_run(&plan_verify_anchors, NULL, NULL, 0);
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			int64		id = pgjq_spi_get_int64((int) r, 1);
+
+			(void) hash_search(anchors, &id, HASH_ENTER, NULL);
+		}
+	}
+
 	hash_seq_init(&hs, sc.bodies);
 	while ((b = hash_seq_search(&hs)) != NULL)
 	{
@@ -3326,7 +3528,15 @@ verify_once(PgjqVerifyRow **rows)
 					   m->cancel ? "cancellation requested" : "no cancellation requested");
 		if (m != NULL)
 			hash_search(mem, &b->id, HASH_REMOVE, NULL);
+		/* an unfinished job with a dedup_key holds it by its anchor */
+		if (st != 'f' && b->anchored &&
+			hash_search(anchors, &b->id, HASH_REMOVE, NULL) == NULL)
+			verify_add(rows, &n, &max, object, "its dedup anchor in pgjq.job", "none");
 	}
+	hash_seq_init(&hs, anchors);
+	while ((aid = hash_seq_search(&hs)) != NULL)
+		verify_add(rows, &n, &max, psprintf("pgjq.job row " INT64_FORMAT, *aid),
+				   "no anchor (no unfinished ring job with a dedup_key)", "an anchor");
 	hash_seq_init(&hs, mem);
 	while ((m = hash_seq_search(&hs)) != NULL)
 		verify_add(rows, &n, &max, psprintf("job " INT64_FORMAT, m->id), "no body",

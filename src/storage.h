@@ -36,7 +36,6 @@ typedef struct PgjqQueue
 	double		rate;			/* claims started per second; 0 = no limit */
 	int32		burst;			/* bucket size for rate */
 	bool		paused;
-	char		engine;			/* 't' table (pgjq.job), 'r' ring (ring.h) */
 } PgjqQueue;
 
 /*
@@ -54,7 +53,6 @@ typedef struct PgjqQueueSettings
 	int32		key_concurrency;
 	double		rate;
 	int32		burst;
-	char		engine;			/* create_queue only */
 } PgjqQueueSettings;
 
 /*
@@ -118,6 +116,9 @@ typedef struct PgjqNewJobs
 	int32		max_attempts;
 	TimestampTz enqueued_at;
 	TimestampTz run_at;
+	/* anchors only (state 'n', no payload): the ring holds the jobs */
+	bool		anchors;
+	bool	   *created;		/* out, if set: position i is a new job */
 } PgjqNewJobs;
 
 typedef struct PgjqClaimedJob
@@ -159,36 +160,25 @@ typedef enum PgjqCancelResult
 extern void pgjq_storage_begin(void);
 extern void pgjq_storage_end(void);
 
+/* this database's schema has the ring's tables (0.2.0); else ERROR with a hint */
+extern bool pgjq_storage_schema_current(void);
+extern void pgjq_storage_require_schema(void);
+
 /* storage_queue.c */
 extern void pgjq_storage_queue_lock(const char *name, LOCKMODE mode);
 extern bool pgjq_storage_queue_get(const char *name, PgjqQueue *queue);
 extern void pgjq_storage_queue_get_or_error(const char *name, PgjqQueue *queue);
-extern bool pgjq_storage_queue_has_engine(void);
 extern bool pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s);
 extern void pgjq_storage_queue_update(int32 queue_id, const PgjqQueueSettings *s);
 extern void pgjq_storage_queue_set_paused(int32 queue_id, bool paused);
-extern int64 pgjq_storage_queue_delete(int32 queue_id, bool force);
+extern void pgjq_storage_queue_delete(int32 queue_id);
 extern int64 pgjq_storage_queue_purge(int32 queue_id);
 
 /* storage_job.c */
 extern void pgjq_storage_enqueue(int32 queue_id, PgjqNewJobs *jobs);
 extern int64 pgjq_storage_next_token(void);
-extern int64 pgjq_storage_complete(int n, Datum *ids, Datum *tokens, TimestampTz now);
 
-/*
- * The outcomes that end an attempt other than by completing it, fenced by
- * (id, token): 0 when the pair is stale (nothing changes), else what
- * happened.  fail: 's' retried at *run_at, PGJQ_FINISHED_DEAD, or
- * PGJQ_FINISHED_CANCELLED when cancellation was requested (the decision is
- * pgjq_outcome_decide's).  snooze: 's' (run again at run_at, the attempt
- * given back) or PGJQ_FINISHED_CANCELLED.
- */
-extern char pgjq_storage_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
-							  TimestampTz now, TimestampTz *run_at);
-extern char pgjq_storage_snooze(int64 id, int64 token, TimestampTz run_at, TimestampTz now);
-extern bool pgjq_storage_finish_if_cancelled(int64 id, int64 token, TimestampTz now);
-extern TimestampTz pgjq_storage_heartbeat(int64 id, int64 token, int64 extend_us,
-										  TimestampTz now, bool *found);
+/* cancel of a job waiting in pgjq.job (scheduled, or ready outside the ring) */
 extern PgjqCancelResult pgjq_storage_cancel(int64 id, TimestampTz now);
 extern int64 pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz now);
 
@@ -203,17 +193,8 @@ extern char pgjq_outcome_rescue_ring(int64 id, int64 token, TimestampTz now);
 extern int64 pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors,
 								bool *error_nulls, TimestampTz now);
 
-/* storage_claim.c */
-extern bool pgjq_storage_first_ready_priority(int32 queue_id, int16 *priority);
-extern int	pgjq_storage_claim(const PgjqQueue *queue, int batch,
-							   TimestampTz lease_until, const char *worker,
-							   PgjqClaimQuota *quota, int64 *token,
-							   PgjqClaimedJob *jobs);	/* each job carries its
-														 * token */
-
 /* storage_maintenance.c */
 extern int64 pgjq_storage_promote(TimestampTz now, int limit);
-extern int	pgjq_storage_expired(TimestampTz now, int limit, PgjqRunningJob **jobs);
 extern TimestampTz pgjq_storage_next_deadline(void);
 
 /* storage_verify.c: a durable invariant that does not hold (verify.c) */

@@ -1,15 +1,15 @@
 /*-------------------------------------------------------------------------
  *
  * storage_job.c
- *	  Job rows of the first storage engine: enqueue, outcomes, cancel,
- *	  redrive.
+ *	  Rows of pgjq.job: enqueue of delayed jobs (and of a backlog the ring
+ *	  has no room for), dedup anchors, cancel of a waiting job, redrive.
  *
- * pgjq.job holds unfinished jobs (state 's' scheduled, 'r' ready, 'a'
- * running); finishing a job moves it to pgjq.job_history in the same
- * statement (DELETE ... RETURNING feeding INSERT).  Every outcome is fenced by
- * (id, token, state = 'a'): a concurrent outcome or rescue either holds the
- * row lock (we wait, then the re-checked WHERE no longer matches) or has
- * committed (the row no longer matches), so a stale token changes nothing.
+ * pgjq.job holds the jobs that are not in the ring (ring.h): state 's'
+ * scheduled (delayed, or a retry or snooze until due) and 'r' ready (until
+ * a claim moves them into the ring), and the anchors ('n') of ring jobs
+ * with a dedup_key, which hold the key in the unique index.  Cancelling a
+ * waiting job moves it to pgjq.job_history in the same statement (DELETE
+ * ... RETURNING feeding INSERT).
  *
  *-------------------------------------------------------------------------
  */
@@ -20,13 +20,6 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-
-/*
- * "The job is running", for statements that find jobs by id: written so
- * that it does not imply the running index's predicate (state = 'a'), or a
- * generic plan may scan every running job instead of probing the primary key.
- */
-#define RUNNING(alias) "(" alias ".state)::text = 'a'"
 
 #define HISTORY_COLUMNS \
 	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key," \
@@ -77,79 +70,11 @@ static PgjqPlan plan_dedup_lookup = {
 	2, {INT4OID, TEXTARRAYOID}
 };
 
-/*
- * Completed jobs go to pgjq.job_done as one row per queue and call; a job
- * whose cancellation was requested ends in job_history as cancelled instead.
- */
-static PgjqPlan plan_complete = {
-	"WITH d AS (DELETE FROM pgjq.job j USING unnest($1::int8[], $2::int8[]) AS t(id, token)"
-	"            WHERE j.id = t.id AND j.token = t.token AND " RUNNING("j") " RETURNING j.*),"
-	" x AS (" HISTORY_COLUMNS
-	"       SELECT d.id, d.queue_id, 'x', d.priority, d.fair_key, d.dedup_key, d.attempt,"
-	"              d.max_attempts, d.token, d.enqueued_at, $3, d.worker, d.last_error, NULL"
-	"         FROM d WHERE d.cancel_requested)"
-	" , c AS (INSERT INTO pgjq.job_done (queue_id, finished_at, min_id, max_id, ids, attempts,"
-	"                                  enqueued_at)"
-	"         SELECT d.queue_id, $3, min(d.id), max(d.id), array_agg(d.id ORDER BY d.id),"
-	"                array_agg(d.attempt ORDER BY d.id), array_agg(d.enqueued_at ORDER BY d.id)"
-	"           FROM d WHERE NOT d.cancel_requested GROUP BY d.queue_id)"
-	" SELECT d.queue_id, d.fair_key, count(*)::int4,"
-	"        (count(*) FILTER (WHERE NOT d.cancel_requested))::int4"
-	"   FROM d GROUP BY d.queue_id, d.fair_key",
-	3, {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID}
-};
-
-static PgjqPlan plan_lock_running = {
-	"SELECT j.attempt, j.max_attempts, j.cancel_requested, q.backoff_base, q.backoff_max"
-	"  FROM pgjq.job j JOIN pgjq.queue q ON q.queue_id = j.queue_id"
-	" WHERE j.id = $1 AND j.token = $2 AND " RUNNING("j")
-	"   FOR UPDATE OF j",
-	2, {INT8OID, INT8OID}
-};
-
-static PgjqPlan plan_reschedule = {
-	"UPDATE pgjq.job SET state = 's', run_at = $2, lease_until = NULL,"
-	"       last_error = COALESCE($3, last_error),"
-	"       attempt = attempt - CASE WHEN $4 THEN 1 ELSE 0 END"
-	" WHERE id = $1 RETURNING queue_id, fair_key",
-	4, {INT8OID, TIMESTAMPTZOID, TEXTOID, BOOLOID}
-};
-
-static PgjqPlan plan_finish = {
-	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.token = $2 AND " RUNNING("j")
-	"           RETURNING j.*) "
-	HISTORY_FROM_D("CASE WHEN d.cancel_requested THEN 'x' ELSE $4 END", "$3",
-				   "COALESCE($5, d.last_error)",
-				   "CASE WHEN d.cancel_requested OR $4 <> 'd' THEN NULL ELSE d.payload END"),
-	5, {INT8OID, INT8OID, TIMESTAMPTZOID, CHAROID, TEXTOID}
-};
-
-static PgjqPlan plan_finish_if_cancelled = {
-	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.token = $2 AND " RUNNING("j")
-	"             AND j.cancel_requested RETURNING j.*) "
-	HISTORY_FROM_D("'x'", "$3", "d.last_error", "NULL"),
-	3, {INT8OID, INT8OID, TIMESTAMPTZOID}
-};
-
-static PgjqPlan plan_heartbeat = {
-	"UPDATE pgjq.job j SET lease_until = $3 + COALESCE($4, q.lease)"
-	"  FROM pgjq.queue q"
-	" WHERE j.id = $1 AND j.token = $2 AND " RUNNING("j") " AND NOT j.cancel_requested"
-	"   AND q.queue_id = j.queue_id"
-	" RETURNING j.lease_until",
-	4, {INT8OID, INT8OID, TIMESTAMPTZOID, INTERVALOID}
-};
-
 static PgjqPlan plan_cancel_waiting = {
 	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.state IN ('s', 'r')"
 	"           RETURNING j.*) "
 	HISTORY_FROM_D("'x'", "$2", "d.last_error", "NULL"),
 	2, {INT8OID, TIMESTAMPTZOID}
-};
-
-static PgjqPlan plan_cancel_running = {
-	"UPDATE pgjq.job j SET cancel_requested = true WHERE j.id = $1 AND " RUNNING("j"),
-	1, {INT8OID}
 };
 
 /*
@@ -192,24 +117,6 @@ static PgjqPlan plan_retry_dead = {
 };
 
 /*
- * Tell the left-running hook about the rows of the last statement, whose
- * columns col and col + 1 are queue_id and fair_key (one job per row).
- */
-static void
-report_left_running_at(int col)
-{
-	if (pgjq_left_running_hook == NULL)
-		return;
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-
-		pgjq_left_running_hook(DatumGetInt32(pgjq_spi_get(r, col, &isnull)),
-							   TextDatumGetCString(pgjq_spi_get(r, col + 1, &isnull)), 0, 1);
-	}
-}
-
-/*
  * Tell the jobs-finished hook about the rows of the last statement, whose
  * columns col and col + 1 are the final state and queue_id (one job per row).
  */
@@ -225,12 +132,6 @@ report_finished_at(int col)
 		pgjq_jobs_finished_hook(DatumGetInt32(pgjq_spi_get(r, col + 1, &isnull)),
 								DatumGetChar(pgjq_spi_get(r, col, &isnull)), 1);
 	}
-}
-
-static void
-report_left_running(void)
-{
-	report_left_running_at(1);
 }
 
 static int64
@@ -292,8 +193,9 @@ static int
 enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 			  int64 *assigned, bool *resolved)
 {
-	char		state = jobs->run_at > jobs->enqueued_at ? 's' : 'r';
+	char		state = jobs->anchors ? 'n' : jobs->run_at > jobs->enqueued_at ? 's' : 'r';
 	int			nleft = 0;
+	Datum		empty = jobs->anchors ? DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")) : (Datum) 0;
 
 	if (npending == 1)
 	{
@@ -316,13 +218,15 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 		values[6] = Int32GetDatum(jobs->max_attempts);
 		values[7] = TimestampTzGetDatum(jobs->enqueued_at);
 		values[8] = TimestampTzGetDatum(jobs->run_at > jobs->enqueued_at ? jobs->run_at : jobs->enqueued_at);
-		values[9] = jobs->payloads[i];
+		values[9] = jobs->anchors ? empty : jobs->payloads[i];
 		pgjq_spi_run(nulls[5] == 'n' ? &plan_enqueue_one : &plan_enqueue_one_dedup,
 					 values, nulls, 0);
 		if (SPI_processed == 1)
 		{
 			jobs->ids[i] = assigned[i];
 			resolved[i] = true;
+			if (jobs->created)
+				jobs->created[i] = true;
 		}
 	}
 	else
@@ -343,7 +247,7 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 
 			ids[k] = Int64GetDatum(assigned[i]);
 			sorted[k] = assigned[i];
-			payloads[k] = jobs->payloads[i];
+			payloads[k] = jobs->anchors ? empty : jobs->payloads[i];
 			fknulls[k] = !jobs->fair_keys || jobs->fair_key_nulls[i];
 			fks[k] = fknulls[k] ? (Datum) 0 : jobs->fair_keys[i];
 			dknulls[k] = !jobs->dedup_keys || jobs->dedup_key_nulls[i];
@@ -372,6 +276,8 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 				elog(ERROR, "pgjq: enqueue returned an unknown id " INT64_FORMAT, id);
 			jobs->ids[pending[k]] = id;
 			resolved[pending[k]] = true;
+			if (jobs->created)
+				jobs->created[pending[k]] = true;
 		}
 	}
 
@@ -438,191 +344,8 @@ pgjq_storage_enqueue(int32 queue_id, PgjqNewJobs *jobs)
 		CHECK_FOR_INTERRUPTS();
 		npending = enqueue_round(queue_id, jobs, pending, npending, assigned, resolved);
 	}
-	if (pgjq_became_ready_hook && jobs->run_at <= jobs->enqueued_at)
+	if (pgjq_became_ready_hook && jobs->run_at <= jobs->enqueued_at && !jobs->anchors)
 		pgjq_became_ready_hook(queue_id, jobs->n);
-}
-
-/*
- * Complete running jobs given as parallel int8 arrays of ids and tokens.
- * Returns how many were completed; stale pairs are skipped, and jobs whose
- * cancellation was requested end as cancelled (not counted).  One statement:
- * the rows leave pgjq.job and land in history together.
- */
-int64
-pgjq_storage_complete(int n, Datum *ids, Datum *tokens, TimestampTz now)
-{
-	Datum		values[3];
-	int64		completed = 0;
-
-	pgjq_history_ensure(now);
-	values[0] = PointerGetDatum(datum_array(ids, NULL, n, INT8OID));
-	values[1] = PointerGetDatum(datum_array(tokens, NULL, n, INT8OID));
-	values[2] = TimestampTzGetDatum(now);
-	pgjq_spi_run(&plan_complete, values, NULL, 0);
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-
-		completed += DatumGetInt32(pgjq_spi_get(r, 4, &isnull));
-		if (pgjq_jobs_finished_hook)
-		{
-			int32		queue_id = DatumGetInt32(pgjq_spi_get(r, 1, &isnull));
-			int32		done = DatumGetInt32(pgjq_spi_get(r, 4, &isnull));
-			int32		all = DatumGetInt32(pgjq_spi_get(r, 3, &isnull));
-
-			if (done > 0)
-				pgjq_jobs_finished_hook(queue_id, PGJQ_FINISHED_COMPLETED, done);
-			if (all > done)
-				pgjq_jobs_finished_hook(queue_id, PGJQ_FINISHED_CANCELLED, all - done);
-		}
-		if (pgjq_left_running_hook)
-			pgjq_left_running_hook(DatumGetInt32(pgjq_spi_get(r, 1, &isnull)),
-								   TextDatumGetCString(pgjq_spi_get(r, 2, &isnull)), 0,
-								   DatumGetInt32(pgjq_spi_get(r, 3, &isnull)));
-	}
-	return completed;
-}
-
-/*
- * Lock the running job (id, token) and describe it; false when the pair is
- * stale.  Waits for a concurrent outcome or rescue holding the row.
- */
-static bool
-lock_running(int64 id, int64 token, PgjqRunningJob *job)
-{
-	Datum		values[2] = {Int64GetDatum(id), Int64GetDatum(token)};
-	bool		isnull;
-
-	pgjq_spi_run(&plan_lock_running, values, NULL, 1);
-	if (SPI_processed == 0)
-		return false;
-	job->id = id;
-	job->token = token;
-	job->attempt = DatumGetInt32(pgjq_spi_get(0, 1, &isnull));
-	job->max_attempts = DatumGetInt32(pgjq_spi_get(0, 2, &isnull));
-	job->cancel_requested = DatumGetBool(pgjq_spi_get(0, 3, &isnull));
-	job->backoff_base_us = pgjq_interval_usec(DatumGetIntervalP(pgjq_spi_get(0, 4, &isnull)));
-	job->backoff_max_us = pgjq_interval_usec(DatumGetIntervalP(pgjq_spi_get(0, 5, &isnull)));
-	return true;
-}
-
-/*
- * Put a running job (already locked by lock_running) back to scheduled at
- * run_at.
- */
-static void
-reschedule(int64 id, TimestampTz run_at, const char *error, bool give_back_attempt)
-{
-	Datum		values[4];
-	char		nulls[5] = "    ";
-
-	values[0] = Int64GetDatum(id);
-	values[1] = TimestampTzGetDatum(run_at);
-	if (error)
-		values[2] = CStringGetTextDatum(error);
-	else
-		nulls[2] = 'n';
-	values[3] = BoolGetDatum(give_back_attempt);
-	pgjq_spi_run(&plan_reschedule, values, nulls, 0);
-	report_left_running();
-}
-
-/*
- * Move the running job (id, token) to history in the given final state (a
- * cancellation request wins over it).  Returns the state stored, or '\0'
- * when the pair was stale.
- */
-static char
-finish(int64 id, int64 token, char state, const char *error, TimestampTz now)
-{
-	Datum		values[5];
-	char		nulls[6] = "     ";
-	bool		isnull;
-	char		state_out;
-
-	pgjq_history_ensure(now);
-	values[0] = Int64GetDatum(id);
-	values[1] = Int64GetDatum(token);
-	values[2] = TimestampTzGetDatum(now);
-	values[3] = CharGetDatum(state);
-	if (error)
-		values[4] = CStringGetTextDatum(error);
-	else
-		nulls[4] = 'n';
-	pgjq_spi_run(&plan_finish, values, nulls, 0);
-	if (SPI_processed == 0)
-		return '\0';
-	state_out = DatumGetChar(pgjq_spi_get(0, 1, &isnull));
-	report_left_running_at(2);
-	report_finished_at(1);
-	return state_out;
-}
-
-char
-pgjq_storage_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
-				  TimestampTz now, TimestampTz *run_at)
-{
-	PgjqRunningJob job;
-	char		r;
-
-	if (!lock_running(id, token, &job))
-		return '\0';
-	r = pgjq_outcome_decide(&job, retry_in_us, now, run_at);
-	if (r != 's')
-		return finish(id, token, r, error, now);
-	reschedule(id, *run_at, error, false);
-	return 's';
-}
-
-char
-pgjq_storage_snooze(int64 id, int64 token, TimestampTz run_at, TimestampTz now)
-{
-	PgjqRunningJob job;
-
-	if (!lock_running(id, token, &job))
-		return '\0';
-	if (job.cancel_requested)
-		return finish(id, token, PGJQ_FINISHED_CANCELLED, NULL, now);
-	reschedule(id, run_at, NULL, true);
-	return 's';
-}
-
-/* Finish (id, token) as cancelled if its cancellation was requested. */
-bool
-pgjq_storage_finish_if_cancelled(int64 id, int64 token, TimestampTz now)
-{
-	Datum		values[3] = {Int64GetDatum(id), Int64GetDatum(token), TimestampTzGetDatum(now)};
-
-	pgjq_history_ensure(now);
-	pgjq_spi_run(&plan_finish_if_cancelled, values, NULL, 0);
-	report_left_running_at(2);
-	report_finished_at(1);
-	return SPI_processed > 0;
-}
-
-/*
- * Extend the lease of (id, token) to now + extend (the queue's lease when
- * extend_us < 0).  *found is false when stale or cancellation was requested.
- */
-TimestampTz
-pgjq_storage_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now, bool *found)
-{
-	Datum		values[4];
-	char		nulls[5] = "    ";
-	bool		isnull;
-
-	values[0] = Int64GetDatum(id);
-	values[1] = Int64GetDatum(token);
-	values[2] = TimestampTzGetDatum(now);
-	if (extend_us >= 0)
-		values[3] = pgjq_interval_datum(extend_us);
-	else
-		nulls[3] = 'n';
-	pgjq_spi_run(&plan_heartbeat, values, nulls, 0);
-	*found = SPI_processed > 0;
-	if (!*found)
-		return 0;
-	return DatumGetTimestampTz(pgjq_spi_get(0, 1, &isnull));
 }
 
 PgjqCancelResult
@@ -637,9 +360,6 @@ pgjq_storage_cancel(int64 id, TimestampTz now)
 		report_finished_at(1);
 		return PGJQ_CANCEL_DONE;
 	}
-	pgjq_spi_run(&plan_cancel_running, values, NULL, 0);
-	if (SPI_processed > 0)
-		return PGJQ_CANCEL_REQUESTED;
 	return PGJQ_CANCEL_NOT_FOUND;
 }
 

@@ -6,10 +6,10 @@
  *	  scheduled one.
  *
  * Read only, computed when asked.  Each state is counted on its own partial
- * index (ready, scheduled, running in pgjq.job; dead in each job_history
+ * index (ready and scheduled in pgjq.job; dead in each job_history
  * partition), so a count reads the rows of its state only; the cost grows
- * with the backlog, not with the finished history (bench/metrics).  A ring
- * queue's ready and running ring jobs are added from shared memory (ring.h).
+ * with the backlog, not with the finished history (bench/metrics).  The
+ * ring's ready and running jobs are added from shared memory (ring.h).
  *
  *-------------------------------------------------------------------------
  */
@@ -19,7 +19,7 @@
 #include "utils/builtins.h"
 
 #define GAUGES_SELECT \
-	"SELECT q.queue_id, q.name, COALESCE(r.n, 0), COALESCE(s.n, 0), COALESCE(a.n, 0)," \
+	"SELECT q.queue_id, q.name, COALESCE(r.n, 0), COALESCE(s.n, 0), 0::bigint," \
 	"       COALESCE(d.n, 0), extract(epoch FROM $1 - r.oldest)::float8," \
 	"       extract(epoch FROM s.next - $1)::float8" \
 	"  FROM pgjq.queue q"
@@ -29,8 +29,6 @@
 	"              WHERE state = 'r' " filter " GROUP BY queue_id) r ON r.queue_id = q.queue_id" \
 	"  LEFT JOIN (SELECT queue_id, count(*) AS n, min(run_at) AS next FROM pgjq.job" \
 	"              WHERE state = 's' " filter " GROUP BY queue_id) s ON s.queue_id = q.queue_id" \
-	"  LEFT JOIN (SELECT queue_id, count(*) AS n FROM pgjq.job" \
-	"              WHERE state = 'a' " filter " GROUP BY queue_id) a ON a.queue_id = q.queue_id" \
 	"  LEFT JOIN (SELECT queue_id, count(*) AS n FROM pgjq.job_history" \
 	"              WHERE state = 'd' " filter " GROUP BY queue_id) d ON d.queue_id = q.queue_id"
 

@@ -40,48 +40,18 @@
 static PgjqPlan plan_get = {
 	"SELECT queue_id, lease, max_attempts, backoff_base, backoff_max, retention, paused,"
 	"       coalesce(concurrency, 0), coalesce(key_concurrency, 0), coalesce(rate, 0),"
-	"       coalesce(burst, 0), engine"
+	"       coalesce(burst, 0)"
 	"  FROM pgjq.queue WHERE name = $1",
 	1, {TEXTOID}
 };
 
-/* a 0.1.0 schema (before ALTER EXTENSION UPDATE) has no engine column */
-static PgjqPlan plan_get_010 = {
-	"SELECT queue_id, lease, max_attempts, backoff_base, backoff_max, retention, paused,"
-	"       coalesce(concurrency, 0), coalesce(key_concurrency, 0), coalesce(rate, 0),"
-	"       coalesce(burst, 0), 't'::\"char\""
-	"  FROM pgjq.queue WHERE name = $1",
-	1, {TEXTOID}
-};
-
-static PgjqPlan plan_insert_010 = {
+static PgjqPlan plan_insert = {
 	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention,"
 	"                        concurrency, key_concurrency, rate, burst)"
 	" VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), nullif($8, 0), nullif($9, 0), nullif($10, 0))"
 	" ON CONFLICT (name) DO NOTHING RETURNING queue_id",
 	10, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
 	INT4OID, INT4OID, FLOAT8OID, INT4OID}
-};
-
-/*
- * Does pgjq.queue have the engine column (0.2.0)?  A 0.1.0 schema under
- * this library (before ALTER EXTENSION UPDATE) does not: its queues are
- * table queues until the update.
- */
-bool
-pgjq_storage_queue_has_engine(void)
-{
-	return get_attnum(pgjq_relation("queue"), "engine") != InvalidAttrNumber;
-}
-
-static PgjqPlan plan_insert = {
-	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention,"
-	"                        concurrency, key_concurrency, rate, burst, engine)"
-	" VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), nullif($8, 0), nullif($9, 0), nullif($10, 0),"
-	"         $11)"
-	" ON CONFLICT (name) DO NOTHING RETURNING queue_id",
-	11, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
-	INT4OID, INT4OID, FLOAT8OID, INT4OID, CHAROID}
 };
 
 static PgjqPlan plan_update = {
@@ -105,8 +75,7 @@ static PgjqPlan plan_set_paused = {
 };
 
 static PgjqPlan plan_delete_jobs = {
-	"WITH d AS (DELETE FROM pgjq.job WHERE queue_id = $1 RETURNING state, fair_key)"
-	" SELECT fair_key, count(*)::int4 FROM d WHERE state = 'a' GROUP BY fair_key",
+	"DELETE FROM pgjq.job WHERE queue_id = $1",
 	1, {INT4OID}
 };
 
@@ -223,7 +192,7 @@ pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
 	}
 
 	values[0] = CStringGetTextDatum(name);
-	pgjq_spi_run(pgjq_storage_queue_has_engine() ? &plan_get : &plan_get_010, values, NULL, 1);
+	pgjq_spi_run(&plan_get, values, NULL, 1);
 	if (SPI_processed == 0)
 		return false;
 	queue->queue_id = DatumGetInt32(pgjq_spi_get(0, 1, &isnull));
@@ -237,7 +206,6 @@ pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
 	queue->key_concurrency = DatumGetInt32(pgjq_spi_get(0, 9, &isnull));
 	queue->rate = DatumGetFloat8(pgjq_spi_get(0, 10, &isnull));
 	queue->burst = DatumGetInt32(pgjq_spi_get(0, 11, &isnull));
-	queue->engine = DatumGetChar(pgjq_spi_get(0, 12, &isnull));
 	/* cache it unless an invalidation arrived while we read it */
 	if (!queue_cache_stale)
 	{
@@ -287,21 +255,12 @@ settings_params(const PgjqQueueSettings *s, Datum *values, char *nulls)
 bool
 pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s)
 {
-	Datum		values[11];
-	char		nulls[12] = "           ";
+	Datum		values[10];
+	char		nulls[11] = "          ";
 
 	values[0] = CStringGetTextDatum(name);
 	settings_params(s, values, nulls);
-	values[10] = CharGetDatum(s->engine);
-	if (pgjq_storage_queue_has_engine())
-		pgjq_spi_run(&plan_insert, values, nulls, 0);
-	else if (s->engine == 't')
-		pgjq_spi_run(&plan_insert_010, values, nulls, 0);
-	else
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the ring engine needs version 0.2.0 of the extension"),
-				 errhint("Update it: ALTER EXTENSION pgjq UPDATE.")));
+	pgjq_spi_run(&plan_insert, values, nulls, 0);
 	queue_changed();
 	return SPI_processed == 1;
 }
@@ -328,44 +287,19 @@ pgjq_storage_queue_set_paused(int32 queue_id, bool paused)
 }
 
 /*
- * Remove a queue and its unfinished jobs.  Its history stays until pruned: a
- * dropped queue's history counts as retention zero.
- *
- * The DELETE itself is the check for running jobs: it waits for a concurrent
- * claim that holds a job's row and then sees that job as running, so a job
- * leased by a claim that commits while drop_queue runs is counted, never
- * deleted behind its worker's back (a separate count would use an older
- * snapshot).  Returns the number of running jobs; when there are any and
- * force is false, nothing is reported and the queue row stays, and the
- * caller must raise an error, which rolls the DELETE back.
+ * Remove a queue and the rows of pgjq.job it has (waiting jobs, dedup
+ * anchors).  Its history stays until pruned: a dropped queue's history
+ * counts as retention zero.  The ring's jobs of the queue are
+ * pgjq_ring_drop_jobs's.
  */
-int64
-pgjq_storage_queue_delete(int32 queue_id, bool force)
+void
+pgjq_storage_queue_delete(int32 queue_id)
 {
 	Datum		values[1] = {Int32GetDatum(queue_id)};
-	int64		running = 0;
 
 	pgjq_spi_run(&plan_delete_jobs, values, NULL, 0);
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-
-		running += DatumGetInt32(pgjq_spi_get(r, 2, &isnull));
-	}
-	if (running > 0 && !force)
-		return running;
-	if (pgjq_left_running_hook)
-		for (uint64 r = 0; r < SPI_processed; r++)
-		{
-			bool		isnull;
-
-			pgjq_left_running_hook(queue_id,
-								   TextDatumGetCString(pgjq_spi_get(r, 1, &isnull)), 0,
-								   DatumGetInt32(pgjq_spi_get(r, 2, &isnull)));
-		}
 	pgjq_spi_run(&plan_delete, values, NULL, 0);
 	queue_changed();
-	return running;
 }
 
 int64

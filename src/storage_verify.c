@@ -4,7 +4,8 @@
  *	  The storage engine's durable invariants, for verify() (verify.c).
  *
  * One read-only query; each row is a disagreement (area, object, what was
- * expected, what was found).  A new engine brings its own checks here.
+ * expected, what was found).  The ring's checks against shared memory are
+ * ring_store.c's (pgjq_ring_verify).
  *
  *-------------------------------------------------------------------------
  */
@@ -15,9 +16,9 @@
 #include "utils/builtins.h"
 
 static PgjqPlan plan_verify = {
-	/* running jobs have a lease and a token */
-	"SELECT 'jobs', 'job ' || j.id, 'a lease and a token', 'running without one'"
-	"  FROM pgjq.job j WHERE j.state = 'a' AND (j.lease_until IS NULL OR j.token <= 0)"
+	/* a dedup anchor holds a key (the ring's side: ring_store.c) */
+	"SELECT 'jobs', 'job ' || j.id, 'a dedup anchor with a dedup_key', 'an anchor without one'"
+	"  FROM pgjq.job j WHERE j.state = 'n' AND j.dedup_key IS NULL"
 	/* every job's queue exists */
 	" UNION ALL"
 	" SELECT 'jobs', 'job ' || j.id, 'its queue', 'queue_id ' || j.queue_id || ' does not exist'"
@@ -33,12 +34,20 @@ static PgjqPlan plan_verify = {
 	" UNION ALL"
 	" SELECT 'sequences', 'pgjq.job_id_seq', 'at least ' || m, s.last_value::text"
 	"  FROM (SELECT greatest((SELECT max(id) FROM pgjq.job), (SELECT max(id) FROM pgjq.job_history),"
-	"                        (SELECT max(max_id) FROM pgjq.job_done)) AS m) x,"
+	"                        (SELECT max(max_id) FROM pgjq.job_done),"
+	"                        (SELECT max(id) FROM pgjq.ring_body_0),"
+	"                        (SELECT max(id) FROM pgjq.ring_body_1),"
+	"                        (SELECT max(id) FROM pgjq.ring_body_2),"
+	"                        (SELECT max(id) FROM pgjq.ring_body_3)) AS m) x,"
 	"       pgjq.job_id_seq s WHERE x.m > s.last_value"
 	" UNION ALL"
 	" SELECT 'sequences', 'pgjq.token_seq', 'at least ' || m, s.last_value::text"
 	"  FROM (SELECT greatest((SELECT max(token) FROM pgjq.job),"
-	"                        (SELECT max(token) FROM pgjq.job_history)) AS m) x,"
+	"                        (SELECT max(token) FROM pgjq.job_history),"
+	"                        (SELECT max(token) FROM pgjq.ring_log_0),"
+	"                        (SELECT max(token) FROM pgjq.ring_log_1),"
+	"                        (SELECT max(token) FROM pgjq.ring_log_2),"
+	"                        (SELECT max(token) FROM pgjq.ring_log_3)) AS m) x,"
 	"       pgjq.token_seq s WHERE x.m > s.last_value"
 	/* the history partitions and their registry agree */
 	" UNION ALL"

@@ -232,7 +232,10 @@ BEGIN
 		IF NOT pgjq.snooze(c.id, c.token, '0') THEN
 			RAISE EXCEPTION 'round %: snooze refused', i;
 		END IF;
+		-- a snoozed job is claimable again once the snooze commits
+		COMMIT;
 		PERFORM pgjq.promote();
+		COMMIT;
 	END LOOP;
 END
 $$;

@@ -1,31 +1,22 @@
 --
--- ring: queues on the ring engine (pgjq.engine = 'ring'): the same API and
--- guarantees as the table engine, the jobs' bodies in pgjq.ring_body_N and
--- their claims in shared memory; outcomes other than complete move a job
--- into pgjq.job, where the table engine applies them.
+-- ring: the ring engine, which holds every queue's jobs that are due: the
+-- jobs' bodies in pgjq.ring_body_N, their claims and outcomes in
+-- pgjq.ring_log_N and in shared memory; a retry or a snooze waits in
+-- pgjq.job until promotion appends it to the ring again.
 --
 \set VERBOSITY terse
 
--- the engine is a superuser setting, 'ring' by default ('table' is the
--- first engine, kept as the reference while the ring takes over)
-SHOW pgjq.engine;
 -- the earlier test files' queues are on the ring too: what this file counts
 -- in the ring's tables is what it wrote after this token
 SELECT coalesce(max(token), 0) AS tok0
   FROM (SELECT token FROM pgjq.ring_log_0 UNION ALL SELECT token FROM pgjq.ring_log_1
         UNION ALL SELECT token FROM pgjq.ring_log_2 UNION ALL SELECT token FROM pgjq.ring_log_3) l \gset
-SET pgjq.engine = 'disk';
-\echo :SQLSTATE
-SET pgjq.engine = 'ring';
 
 SELECT pgjq.create_queue('rq', backoff_base => '10 seconds', max_attempts => 2);
-SELECT engine FROM pgjq.queue WHERE name = 'rq';
 
 -- a key limit works: at most two running jobs per fair key, counted over
--- the ring and pgjq.job (a retried job runs from pgjq.job)
-SET pgjq.engine = 'ring';
+-- the ring (a retried job waits in pgjq.job until promotion appends it)
 SELECT pgjq.create_queue('rq_limited', key_concurrency => 2, backoff_base => '0 s');
-RESET pgjq.engine;
 SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq_limited', array_fill('{}'::jsonb, ARRAY[7]),
        fair_keys => ARRAY['a', 'a', 'a', 'a', 'b', 'b', 'b']);
 CREATE TEMP TABLE klim AS SELECT id, token, fair_key FROM pgjq.claim('rq_limited', 10);
@@ -63,9 +54,7 @@ SELECT fair_key, count(*), count(*) FILTER (WHERE id = :retried AND attempt = 2)
 SELECT * FROM pgjq.verify();
 SELECT pgjq.drop_queue('rq_limited', force => true);
 -- a key limit added to a ring queue with running jobs counts them
-SET pgjq.engine = 'ring';
 SELECT pgjq.create_queue('rq_later');
-RESET pgjq.engine;
 SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq_later', array_fill('{}'::jsonb, ARRAY[4]),
        fair_keys => ARRAY['a', 'a', 'a', 'b']);
 SELECT count(*) AS claimed FROM pgjq.claim('rq_later', 2);
@@ -75,23 +64,20 @@ SELECT * FROM pgjq.verify();
 SELECT pgjq.drop_queue('rq_later', force => true);
 -- a rate limit works: a bucket of 2, refilled once in 1000 s
 SELECT pgjq.create_queue('rq_rate', rate => 0.001, burst => 2);
-RESET pgjq.engine;
 SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq_rate', array_fill('{}'::jsonb, ARRAY[5]));
 SELECT count(*) AS claimed FROM pgjq.claim('rq_rate', 10);
 SELECT count(*) AS claimed_again FROM pgjq.claim('rq_rate', 10);
 SELECT ready, running, held_back > 0 AS held_back FROM pgjq.queue_stats WHERE queue = 'rq_rate';
 SELECT pgjq.drop_queue('rq_rate', force => true);
 -- a concurrency limit works: ring jobs count as running until they end
-SET pgjq.engine = 'ring';
 SELECT pgjq.create_queue('rq_conc', concurrency => 2);
-RESET pgjq.engine;
 SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq_conc', array_fill('{}'::jsonb, ARRAY[5]));
 CREATE TEMP TABLE conc AS SELECT id, token FROM pgjq.claim('rq_conc', 10);
 SELECT count(*) AS claimed FROM conc;
 SELECT count(*) AS claimed_at_limit FROM pgjq.claim('rq_conc', 10);
 SELECT pgjq.complete(id, token) AS completed FROM conc ORDER BY id LIMIT 1;
 SELECT count(*) AS claimed_after_one_ended FROM pgjq.claim('rq_conc', 10);
--- a failed (moved) ring job stops counting once the table engine retried it
+-- a failed ring job stops counting once it is retried
 SELECT pgjq.fail(id, token, 'boom') AS failed FROM conc ORDER BY id DESC LIMIT 1;
 SELECT count(*) AS claimed_after_fail FROM pgjq.claim('rq_conc', 10);
 SELECT running FROM pgjq.queue_stats WHERE queue = 'rq_conc';
@@ -292,7 +278,7 @@ SELECT count(*) AS in_pgjq_job FROM pgjq.job WHERE id BETWEEN :c1 AND :c3;
 SELECT * FROM pgjq.verify();
 SELECT regress.counts('rq');
 
--- what the outcomes write to pgjq.job, the table engine's table: a
+-- what the outcomes write to pgjq.job: a
 -- heartbeat and the cancel of a ready job nothing, a failure its retry's row
 SELECT min(id) AS w1, max(id) AS w2
   FROM pgjq.enqueue_many('rq', ARRAY['{"n": "w1"}', '{"n": "w2"}']::jsonb[]) id \gset
@@ -310,25 +296,69 @@ COMMIT;
 SELECT state, attempt, payload FROM pgjq.job(:w2);
 SELECT regress.counts('rq');
 
----------------------------------------------------------------- the table engine's jobs
--- delayed jobs and jobs with a dedup_key are pgjq.job's; claims look there
--- first while it may have ready jobs of the queue
+---------------------------------------------------------------- delayed jobs, dedup anchors
+-- a delayed job waits in pgjq.job until promotion appends it to the ring; a
+-- job with a dedup_key is the ring's too, and holds its key with an anchor
+-- row in pgjq.job (state 'n': same id and key, no payload)
 SELECT pgjq.enqueue('rq', '{"n": "delayed"}', delay => '1 hour') AS delayed \gset
 SELECT pgjq.enqueue('rq', '{"n": "dedup"}', dedup_key => 'k') AS dedup \gset
 SELECT pgjq.enqueue('rq', '{"n": "dedup again"}', dedup_key => 'k') = :dedup AS deduplicated;
-SELECT pgjq.enqueue('rq', '{"n": 8}') AS j8 \gset
+SELECT state, dedup_key, payload FROM pgjq.job(:dedup);
+SELECT id = :dedup AS is_dedup, state, dedup_key, payload FROM pgjq.job
+ WHERE queue_id = (SELECT queue_id FROM pgjq.queue WHERE name = 'rq') ORDER BY id;
+-- in one enqueue_many: a duplicate of an existing job, one of an earlier
+-- position, and a job without a key, which writes no anchor
+SELECT array_length(a, 1) AS n, a[1] = :dedup AS first_is_existing, a[2] = a[3] AS same_key_same_id,
+       a[4] <> ALL (a[1:3]) AS no_key_new
+  FROM (SELECT ARRAY(SELECT pgjq.enqueue_many('rq', ARRAY['{"n": "d1"}', '{"n": "d2"}', '{"n": "d2 again"}', '{"n": "no key"}']::jsonb[],
+                                            dedup_keys => ARRAY['k', 'k2', 'k2', NULL])) AS a) e;
+SELECT state, count(*) FROM pgjq.job WHERE queue_id = (SELECT queue_id FROM pgjq.queue WHERE name = 'rq')
+ GROUP BY state ORDER BY state;
 SELECT state FROM pgjq.job(:delayed);
-CREATE TEMP TABLE held2 AS SELECT * FROM pgjq.claim('rq', 1);
-INSERT INTO held2 SELECT * FROM pgjq.claim('rq', 1);
-SELECT payload->>'n' AS n FROM held2;
--- between the two stores, a claim starts with the one whose most urgent job
--- is more urgent (and fills its batch from the other)
-SELECT pgjq.enqueue('rq', '{"n": "ring, priority 5"}', priority => 5) IS NOT NULL AS enqueued;
-SELECT pgjq.enqueue('rq', '{"n": "table, priority 9"}', priority => 9, dedup_key => 'k9') IS NOT NULL AS enqueued;
-SELECT pgjq.enqueue('rq', '{"n": "table, priority -1"}', priority => -1, dedup_key => 'k-1') IS NOT NULL AS enqueued;
-INSERT INTO held2 SELECT * FROM pgjq.claim('rq', 1) RETURNING payload->>'n' AS n;
-INSERT INTO held2 SELECT * FROM pgjq.claim('rq', 1) RETURNING payload->>'n' AS n;
-INSERT INTO held2 SELECT * FROM pgjq.claim('rq', 1) RETURNING payload->>'n' AS n;
+-- a rolled-back enqueue leaves neither a ring job nor an anchor
+BEGIN;
+SELECT pgjq.enqueue('rq', '{"n": "gone"}', dedup_key => 'k-gone') AS gone \gset
+ROLLBACK;
+SELECT count(*) AS gone FROM pgjq.job(:gone);
+SELECT pgjq.enqueue('rq', '{"n": "gone, again"}', dedup_key => 'k-gone') <> :gone AS new_id;
+CREATE TEMP TABLE held2 AS SELECT * FROM pgjq.claim('rq', 10);
+SELECT payload->>'n' AS n, attempt FROM held2 ORDER BY id;
+-- a retry keeps the key: its anchor becomes the scheduled row, and back at
+-- promotion; a duplicate meanwhile gets the job's id
+SELECT id AS dk, token AS dk_tok FROM held2 WHERE id = :dedup \gset
+SELECT pgjq.fail(:dk, :dk_tok, 'once', retry_in => '0') AS fail;
+SELECT state, dedup_key FROM pgjq.job WHERE id = :dk;
+SELECT pgjq.enqueue('rq', '{"n": "dup while scheduled"}', dedup_key => 'k') = :dk AS deduplicated;
+SELECT pgjq.promote() AS promoted;
+SELECT state, dedup_key, payload FROM pgjq.job WHERE id = :dk;
+SELECT state, attempt, dedup_key, last_error FROM pgjq.job(:dk);
+SELECT id = :dk AS retried, attempt, token AS dk_tok FROM pgjq.claim('rq', 1) \gset
+SELECT :'retried' AS retried, :'attempt' AS attempt;
+-- completing ends the anchors (and the keys are free again)
+SELECT count(*) FILTER (WHERE ok) AS completed
+  FROM (SELECT pgjq.complete(id, token) AS ok FROM held2 WHERE id <> :dk
+        UNION ALL SELECT pgjq.complete(:dk, :dk_tok)) c;
+SELECT count(*) AS anchors_left FROM pgjq.job WHERE state = 'n';
+SELECT pgjq.enqueue('rq', '{"n": "k again"}', dedup_key => 'k', max_attempts => 1) <> :dk AS new_job;
+-- dead ends it too (the history keeps the key), and a cancel of a ready job
+SELECT id AS dk, token AS dk_tok FROM pgjq.claim('rq', 1) \gset
+SELECT pgjq.fail(:dk, :dk_tok, 'fatal') AS fail;
+SELECT state, dedup_key FROM pgjq.job(:dk);
+SELECT count(*) AS anchors_left FROM pgjq.job WHERE state = 'n';
+SELECT pgjq.enqueue('rq', '{"n": "to cancel"}', dedup_key => 'kc') AS kc \gset
+SELECT pgjq.cancel(:kc) AS cancelled;
+SELECT state, dedup_key FROM pgjq.job(:kc);
+SELECT count(*) AS anchors_left FROM pgjq.job WHERE state = 'n';
+-- redriven, the dead job takes its key again and returns to the ring (the
+-- next claim moves it there from pgjq.job)
+SELECT pgjq.retry_dead('rq', ARRAY[:dk]) AS redriven;
+SELECT state, dedup_key FROM pgjq.job WHERE id = :dk;
+SELECT id = :dk AS redriven_claimed, attempt, token AS dk_tok FROM pgjq.claim('rq', 1) \gset
+SELECT :'redriven_claimed' AS redriven_claimed, :'attempt' AS attempt;
+SELECT state, dedup_key FROM pgjq.job WHERE id = :dk;
+SELECT pgjq.complete(:dk, :dk_tok) AS completed;
+SELECT count(*) AS anchors_left FROM pgjq.job WHERE state = 'n';
+SELECT * FROM pgjq.verify();
 SELECT regress.counts('rq');
 
 ---------------------------------------------------------------- transactions
@@ -442,9 +472,7 @@ CREATE FUNCTION pg_temp.slots_with_bodies() RETURNS bigint LANGUAGE sql AS $$
 SELECT count(*) AS drained FROM pgjq.claim('rq', 100) c, pgjq.complete(c.id, c.token) ok WHERE ok;
 SELECT pgjq._ring_reclaim(0);
 \echo :SQLSTATE
-SET pgjq.engine = 'ring';
 SELECT pgjq.create_queue('rq_slow');
-RESET pgjq.engine;
 SET pgjq.ring_slot_rows = 4;
 -- start from a full current slot and the other three empty
 SELECT count(*) AS enqueued FROM pgjq.enqueue_many('rq', array_fill('{}'::jsonb, ARRAY[4]));
@@ -511,7 +539,9 @@ SELECT pgjq.drop_queue('rq_slow');
 ---------------------------------------------------------------- purge, drop
 SELECT pgjq.enqueue_many('rq', ARRAY['{}', '{}', '{}']::jsonb[]) IS NOT NULL AS enqueued;
 SELECT id AS held, token AS held_tok FROM pgjq.claim('rq', 1) \gset
+SELECT pgjq.enqueue('rq', '{}', dedup_key => 'kp') IS NOT NULL AS enqueued;
 SELECT pgjq.purge('rq') AS purged;
+SELECT count(*) AS anchors_left FROM pgjq.job WHERE state = 'n';
 SELECT regress.counts('rq');
 -- a running ring job keeps drop_queue from dropping, unless forced
 SELECT pgjq.drop_queue('rq');

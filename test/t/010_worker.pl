@@ -470,10 +470,8 @@ for my $retry_in ('0', '1 second')
 # instant: the worker handles them in chunks of 1000, each in its own
 # transaction, so claimers see the first ones at once and no transaction
 # locks the whole backlog.  Each chunk's rows carry its transaction id, the
-# one thing read from the tables directly: a promoted job is a ready row of
-# pgjq.job on a table queue and a new body in the ring on a ring queue; a
-# rescued one is a row of pgjq.job on either (a rescue moves a ring job
-# there).
+# one thing read from the tables directly: a promoted job is a new body in
+# the ring, a rescued one a scheduled row of pgjq.job.
 $node->safe_psql('postgres', "SELECT pgjq.create_queue('bulk')");
 $node->safe_psql('postgres',
 	"SELECT pgjq.create_queue('bulkr', backoff_base => '1 hour', backoff_max => '1 hour')");
@@ -502,46 +500,6 @@ cmp_ok(
 	'>=', 3, 'the rescued backlog was committed in chunks');
 $node->safe_psql('postgres',
 	"SELECT pgjq.drop_queue('bulk', force => true), pgjq.drop_queue('bulkr', force => true)");
-
-# ---------------------------- a row locked by a client: the worker backs off
-
-# An expired lease whose row a client holds locked cannot be rescued (rescue
-# skips locked rows); the worker must not then spin on the deadline that is
-# already past.  Its transactions are counted over 5 s.  The row lock is the
-# table engine's (a ring job running from the ring has no row in pgjq.job to
-# lock, and the SKIP below would always be taken), so this queue is created
-# on the table engine explicitly.
-$node->safe_psql('postgres',
-	"SET pgjq.engine = 'table'; SELECT pgjq.create_queue('held')");
-$node->safe_psql('postgres', "SELECT pgjq.enqueue('held')");
-my $held_id = $node->safe_psql('postgres',
-	"SELECT id FROM pgjq.claim('held', 1, lease => '3 seconds')");
-my $holder = $node->background_psql('postgres');
-$holder->query_safe('BEGIN');
-my $held_state = $holder->query_safe(
-	"SELECT state FROM pgjq.job WHERE id = $held_id FOR UPDATE");
-SKIP:
-{
-	skip 'the machine stalled past the lease before the row was locked', 2
-	  unless $held_state eq 'a';
-	sleep 4;    # the lease has ended
-	# a job due at once wakes the worker, which then finds the expired lease
-	$node->safe_psql('postgres', "SELECT pgjq.enqueue('held', delay => '10 milliseconds')");
-	sleep 1;
-	my $commits = "SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'";
-	my $c0 = $node->safe_psql('postgres', $commits);
-	sleep 5;
-	my $c1 = $node->safe_psql('postgres', $commits);
-	diag 'transactions in database postgres in 5 s while a client holds an expired row: '
-	  . ($c1 - $c0);
-	cmp_ok($c1 - $c0, '<', 150,
-		'the worker backs off while the expired row it cannot rescue is locked');
-	$holder->query_safe('ROLLBACK');
-	$late = lateness(
-		"SELECT state = 'scheduled', 0 FROM pgjq.job($held_id)");
-	cmp_ok($late, '<', 999, 'once the client lets go, the lease is rescued');
-}
-$holder->quit;
 
 # --------------------------- a failing step and a busy history parent
 

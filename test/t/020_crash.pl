@@ -37,27 +37,19 @@ use PgjqLoad;
 
 my $postmaster_kills = 20;
 
-# 021_crash_ring.pl runs this file with every queue on the ring engine,
-# with slots of 100 jobs: the ring wraps many times under the load, so
+# Slots of 100 jobs: the ring wraps many times under the load, so
 # truncations and the worker's relocation of stragglers (the held jobs, with
-# their 10-minute leases) happen between the kills too.  Run by itself this
-# file is the table engine's crash test: pgjq.engine = 'table' is written
-# into the node's configuration explicitly (the ring is the default).
-my $engine = $ENV{PGJQ_CRASH_ENGINE} // 'table';
-my $ring_conf = $engine eq 'ring' ? 'pgjq.ring_slot_rows = 100' : '';
-note("engine: $engine");
-
-my $node = PostgreSQL::Test::Cluster->new("pgjq_crash_$engine");
+# their 10-minute leases) happen between the kills too.
+my $node = PostgreSQL::Test::Cluster->new("pgjq_crash");
 $node->init;
 $node->append_conf(
 	'postgresql.conf', qq{
 shared_preload_libraries = 'pgjq'
-pgjq.engine = '$engine'
 pgjq.database_names = 'postgres'
 pgjq.max_sleep = '2s'
 restart_after_crash = on
 max_connections = 40
-$ring_conf
+pgjq.ring_slot_rows = 100
 });
 $node->start;
 
@@ -321,7 +313,6 @@ cmp_ok($restarts, '==', 2, 'two crash restarts happened');
 cmp_ok($kills, '==', $postmaster_kills, "$postmaster_kills postmaster kills happened");
 
 verify_ok($node, 'postgres', 'after the crashes, shared memory and the tables agree');
-if ($engine eq 'ring')
 {
 	my @copies = slurp_file($node->logfile) =~ /pgjq: copying \d+ unfinished jobs/g;
 	note(scalar(@copies) . ' relocations of stragglers');

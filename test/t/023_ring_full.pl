@@ -3,10 +3,10 @@
 #
 # The ring holds at most pgjq.ring_positions ready jobs in shared memory.
 # An enqueue that would take it past that (less 1/16 kept as headroom for
-# producers that ask at the same time) stores its jobs in pgjq.job instead,
-# where claims find them: a backlog beyond the ring's memory is slower (the
-# table engine's row work), never refused and never lost.  Once the ring
-# has drained, enqueues go to the ring again.
+# producers that ask at the same time) stores its jobs as ready rows of
+# pgjq.job instead, which claims move into the ring: a backlog beyond the
+# ring's memory is slower (a row written and deleted per job), never refused
+# and never lost.  Once the ring has drained, enqueues go to the ring again.
 
 use strict;
 use warnings;

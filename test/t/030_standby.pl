@@ -30,15 +30,13 @@ use PgjqTest;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
-# This file is about the table engine on a standby (032_standby_ring.pl is its
-# ring twin): its queues are table queues, chosen explicitly now that the
-# ring is the default; the standby takes the setting with the base backup.
+# Two databases, maintenance on a standby, promotion under the worker
+# (032_standby_ring.pl: the ring's state across promotion under load).
 $primary->append_conf(
 	'postgresql.conf', qq{
 shared_preload_libraries = 'pgjq'
 pgjq.database_names = 'postgres'
 pgjq.max_sleep = '1s'
-pgjq.engine = 'table'
 });
 $primary->start;
 

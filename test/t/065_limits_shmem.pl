@@ -11,9 +11,7 @@
 #   than there are slots; with every slot taken by a live database, a further
 #   database refuses ring queues' enqueues with configuration_limit_exceeded
 #   (53400) and a hint (the ring keeps its state per database in those
-#   slots), serves table-engine queues without limits, refuses limited ones
-#   with insufficient_resources (53000) and a hint, and gets a slot once a
-#   database is dropped;
+#   slots), and gets a slot once a database is dropped;
 # - pgjq.max_tracked_keys is a hard cap: queues without a key limit track no
 #   keys, a claim that needs more key entries than are free fails with
 #   program_limit_exceeded (54000) and a hint while claims that need none
@@ -156,10 +154,8 @@ for my $i (1 .. 3)
 		"live database $i of 3 uses a limited queue");
 }
 {
-	# The ring, every queue's default engine, keeps a record per database in
-	# the same pgjq.max_databases records; the checks below are those of the
-	# limits on the default engine, then the same on table-engine queues
-	# (pgjq.engine = 'table'), which need a record only for their limits.
+	# The ring keeps a record per database in the same pgjq.max_databases
+	# records: without one, no queue of the database can take jobs.
 	my ($ret, $out, $err) = $node->psql('live4', $use_limits,
 		extra_params => [ '-v', 'VERBOSITY=verbose', '-v', 'ON_ERROR_STOP=1' ]);
 	like($err, qr/53400.*serves at most 3 databases/,
@@ -171,30 +167,13 @@ SELECT pgjq.create_queue('free');
 SELECT pgjq.enqueue('free', '{}') > 0;
 }, extra_params => [ '-v', 'VERBOSITY=verbose', '-v', 'ON_ERROR_STOP=1' ]);
 	like($err, qr/53400/, '... so does one without limits (no slot for its ring state)');
-
-	($ret, $out, $err) = $node->psql('live4',
-		"SET pgjq.engine = 'table';" . ($use_limits =~ s/'lq'/'lqt'/gr),
-		extra_params => [ '-v', 'VERBOSITY=verbose', '-v', 'ON_ERROR_STOP=1' ]);
-	like($err, qr/53000/, 'a 4th live database: a limited table-engine queue raises 53000');
-	like($err, qr/HINT:.*pgjq\.max_databases/, '... with a hint naming pgjq.max_databases');
-	is( $node->safe_psql(
-			'live4', q{
-SET pgjq.engine = 'table';
-SELECT pgjq.create_queue('freet');
-SELECT pgjq.enqueue('freet', '{}') > 0;
-SELECT string_agg(pgjq.complete(id, token)::text, ',') FROM pgjq.claim('freet', 5);
-}),
-		"\nt\ntrue",
-		'... while a table-engine queue without limits works there');
 }
 $node->safe_psql('postgres', 'DROP DATABASE live1');
-is($node->safe_psql('live4', 'SELECT count(*) FROM pgjq.claim(\'lqt\', 5)'),
-	'1', 'once a database is dropped, its slot serves the 4th database (table engine)');
-# the ring's queue lq got no job while there was no slot: enqueue them now
+# lq got no job while there was no slot: enqueue them now
 is( $node->safe_psql('live4',
 		"SELECT count(*) FROM pgjq.enqueue_many('lq', array_fill('{}'::jsonb, ARRAY[2]));"
 		  . " SELECT count(*) FROM pgjq.claim('lq', 5)"),
-	"2\n1", '... and the default engine\'s limited queue there');
+	"2\n1", 'once a database is dropped, its slot serves the 4th database\'s limited queue');
 for my $i (2 .. 4)
 {
 	$node->safe_psql('postgres', "DROP DATABASE live$i");

@@ -5,10 +5,11 @@
 #
 # 1. ALTER EXTENSION pgjq UPDATE from 0.1.0 (its script is kept in sql/) on a
 #    database holding ready, scheduled, running, dead, cancelled and
-#    completed jobs (in table queues: a 0.1.0 schema has no other engine,
-#    whatever pgjq.engine says; the update makes them ring queues, their jobs
-#    staying in pgjq.job): each keeps its state, running jobs complete with their
-#    tokens, the scheduled one is promoted on time by the background worker,
+#    completed jobs, written as 0.1.0's library wrote them (this library
+#    refuses a 0.1.0 schema with a hint to update): each keeps its state, the
+#    running job is adopted by the ring and completes with its token, the
+#    ready ones are moved into the ring by the next claim, the scheduled one
+#    is promoted on time by the background worker,
 #    dead ones can be redriven, dedup keys still hold.  The updated schema is
 #    then compared, object by object, with a new installation of the current
 #    version, so an upgrade script that forgets a change fails here.
@@ -150,6 +151,81 @@ SELECT pgjq.pause('sleepy');
 	return \%j;
 }
 
+# The same jobs in a 0.1.0 schema, written as 0.1.0's library wrote them
+# (this library serves 0.2.0's schema only and refuses a 0.1.0 one until
+# the update): the queues, one row per unfinished job in pgjq.job (state
+# 'r' ready, 's' scheduled, 'a' running with its token and lease), the
+# completed job in job_done and the dead and cancelled ones in job_history,
+# in the hour's partitions 0.1.0 made (its parents had partitioned indexes).
+sub fill_010
+{
+	my ($db) = @_;
+	my %j;
+	sql($db, q{
+INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention, concurrency)
+VALUES ('u', '10 minutes', 20, '1 second', '1 hour', '1 day', NULL),
+       ('mortal', '30 seconds', 1, '1 second', '1 hour', '1 day', NULL),
+       ('limited', '30 seconds', 20, '1 second', '1 hour', '1 day', 2),
+       ('sleepy', '30 seconds', 20, '1 second', '1 hour', '1 day', NULL);
+UPDATE pgjq.queue SET paused = true WHERE name = 'sleepy';
+DO $$
+DECLARE
+	lo timestamptz := date_trunc('hour', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+	t text;
+	n text;
+BEGIN
+	FOREACH t IN ARRAY ARRAY['job_done', 'job_history'] LOOP
+		n := t || to_char(lo AT TIME ZONE 'UTC', '_YYYYMMDD_HH24');
+		EXECUTE format('CREATE TABLE pgjq.%I PARTITION OF pgjq.%I FOR VALUES FROM (%L) TO (%L)',
+					   n, t, lo, lo + interval '1 hour');
+		INSERT INTO pgjq.history_partition (relname, parent, lower_bound, upper_bound)
+		VALUES (n, t, lo, lo + interval '1 hour');
+	END LOOP;
+END
+$$;
+});
+	my $job = sub {
+		my ($queue, $state, $payload, %o) = @_;
+		return sql($db, "INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key,"
+			  . " attempt, max_attempts, token, enqueued_at, run_at, lease_until, cancel_requested, payload)"
+			  . " SELECT nextval('pgjq.job_id_seq'), queue_id, '$state', " . ($o{priority} // 0) . ", "
+			  . ($o{fair_key} ? "'$o{fair_key}'" : "''") . ", " . ($o{dedup_key} ? "'$o{dedup_key}'" : 'NULL')
+			  . ", " . ($state eq 'a' ? 1 : 0) . ", max_attempts, "
+			  . ($state eq 'a' ? "nextval('pgjq.token_seq')" : '0')
+			  . ", now(), now() + interval '" . ($o{delay} // '0 s') . "', "
+			  . ($state eq 'a' ? "now() + lease" : 'NULL')
+			  . ", false, '{\"n\": \"$payload\"}' FROM pgjq.queue WHERE name = '$queue' RETURNING id");
+	};
+	$j{running} = $job->('u', 'a', 'running', priority => -1);
+	$j{running_token} = sql($db, "SELECT token FROM pgjq.job WHERE id = $j{running}");
+	$j{ready} = $job->('u', 'r', 'ready', dedup_key => 'once');
+	$j{ready2} = $job->('u', 'r', 'ready2', fair_key => 't1');
+	$j{scheduled} = $job->('u', 's', 'scheduled', delay => '20 seconds');
+	$j{later} = $job->('u', 's', 'later', delay => '1 hour');
+	$j{limited} = $job->('limited', 'r', 'limited');
+	$j{paused} = $job->('sleepy', 'r', 'paused');
+	$j{completed} = sql($db, q{
+INSERT INTO pgjq.job_done (queue_id, finished_at, min_id, max_id, ids, attempts, enqueued_at)
+SELECT queue_id, now(), i, i, ARRAY[i], ARRAY[1], ARRAY[now()]
+  FROM pgjq.queue, nextval('pgjq.job_id_seq') i WHERE name = 'u' RETURNING min_id});
+	$j{cancelled} = sql($db, q{
+INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, attempt, max_attempts, token,
+                              enqueued_at, finished_at)
+SELECT nextval('pgjq.job_id_seq'), queue_id, 'x', 0, '', 0, 20, 0, now(), now()
+  FROM pgjq.queue WHERE name = 'u' RETURNING id});
+	$j{dead} = sql($db, q{
+INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, attempt, max_attempts, token,
+                              enqueued_at, finished_at, last_error, payload)
+SELECT nextval('pgjq.job_id_seq'), queue_id, 'd', 0, '', 1, 1, nextval('pgjq.token_seq'), now(), now(),
+       'boom', '{"n": "dead"}'
+  FROM pgjq.queue WHERE name = 'mortal' RETURNING id});
+	my %states = (running => 'running', completed => 'completed', ready => 'ready',
+		ready2 => 'ready', scheduled => 'scheduled', later => 'scheduled',
+		cancelled => 'cancelled', dead => 'dead', limited => 'ready', paused => 'ready');
+	$j{states} = \%states;
+	return \%j;
+}
+
 sub check_states
 {
 	my ($db, $j, $what) = @_;
@@ -165,17 +241,25 @@ sql('postgres', 'CREATE DATABASE upg');
 sql('upg', "CREATE EXTENSION pgjq VERSION '0.1.0'");
 is(sql('upg', "SELECT extversion FROM pg_extension WHERE extname = 'pgjq'"),
 	'0.1.0', 'installed at 0.1.0');
-my $j = fill('upg');
+my $j = fill_010('upg');
 check_states('upg', $j, 'before the update');
+{
+	my ($ret, $out, $err) = $node->psql('upg', "SELECT pgjq.enqueue('u')",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/ERROR:\s+55000:.*older than its library/,
+		'before the update: a call that needs the ring raises 55000');
+	like($err, qr/HINT:.*ALTER EXTENSION pgjq UPDATE/, '... with a hint to update');
+}
 
 sql('upg', 'ALTER EXTENSION pgjq UPDATE');
 is(sql('upg', "SELECT extversion FROM pg_extension WHERE extname = 'pgjq'"),
 	$control_version, "updated to $control_version");
 check_states('upg', $j, 'after the update');
-# 0.2.0's default engine is the ring, and the update makes every queue a
-# ring queue (its jobs stay in pgjq.job and are served from there)
-is(sql('upg', "SELECT string_agg(name || '=' || engine::text, ',' ORDER BY name) FROM pgjq.queue"),
-	'limited=r,mortal=r,sleepy=r,u=r', 'after the update: every queue is a ring queue');
+# the running job is the ring's now: its row in pgjq.job is gone
+is(sql('upg', "SELECT count(*) FROM pgjq.job WHERE id = $j->{running}"), '0',
+	'after the update: the running job was adopted by the ring');
+is(sql('upg', 'SELECT count(*) FROM pgjq.verify()'), '0',
+	'after the update: shared memory and the tables agree');
 is(sql('upg', $partition_index_query), 't', 'after the update: every history partition has its indexes');
 
 is(sql('upg', "SELECT pgjq.enqueue('u', dedup_key => 'once')"), $j->{ready},
