@@ -1315,6 +1315,18 @@ pgjq_ring_table_first(int32 queue_id, uint64 *gen)
 	if (ring_touched_here(queue_id))
 		return true;
 
+	/* the common case, every claim: the record exists (a shared look) */
+	LWLockAcquire(ring->lock, LW_SHARED);
+	q = ring_queue_get(queue_id, false);
+	if (q != NULL)
+	{
+		maybe = q->table_maybe;
+		*gen = q->table_gen;
+	}
+	LWLockRelease(ring->lock);
+	if (q != NULL)
+		return maybe;
+
 	/*
 	 * The record is made here if missing, before the probe: a producer that
 	 * commits after the probe then finds it and moves its generation on, so

@@ -15,6 +15,11 @@
 # - "worker_chunk": the background worker dies between two committed chunks
 #   of a large promotion; the chunks before stay promoted, the rest are
 #   promoted after the restart, none twice.
+# - dedup anchors across crashes: a keyed job's completion that crashes at
+#   "commit" has deleted its anchor (the key is free after the restart); a
+#   keyed job ready across a kill -9 still holds its key, and once claimed
+#   and held across another kill -9, its completion with the old token ends
+#   the anchor too (the rebuild marks the job anchored from its body).
 #
 # Each case ends with pgjq.verify() finding shared memory and the tables in
 # agreement.
@@ -135,6 +140,35 @@ ok( $node->poll_query_until(
 is($node->safe_psql('postgres', "SELECT scheduled + ready + running FROM pgjq.queue_stats WHERE queue = 'w'"),
 	$n, 'worker: none lost, none twice');
 verify_ok($node, 'postgres', 'after the worker\'s crash between chunks');
+
+# --------------------------------------------------------- dedup anchors
+$node->safe_psql('postgres', "SELECT pgjq.create_queue('dk', lease => '600 s')");
+my $k1 = $node->safe_psql('postgres', "SELECT pgjq.enqueue('dk', '{}', dedup_key => 'k1')");
+my $k2 = $node->safe_psql('postgres', "SELECT pgjq.enqueue('dk', '{}', dedup_key => 'k2')");
+my (undef, $ktok1) = split /\|/,
+  $node->safe_psql('postgres', "SELECT id, token FROM pgjq.claim('dk', 1)");
+crash_at($node, 'commit', "SELECT pgjq.complete($k1, $ktok1)", 'complete of a keyed job');
+is($node->safe_psql('postgres', "SELECT state FROM pgjq.job($k1)"), 'completed',
+	'keyed: the committed completion stands');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pgjq.job WHERE id = $k1"), '0',
+	'keyed: its anchor went with it');
+isnt($node->safe_psql('postgres', "SELECT pgjq.enqueue('dk', '{}', dedup_key => 'k1')"), $k1,
+	'keyed: its key is free: a new job');
+is($node->safe_psql('postgres', "SELECT pgjq.enqueue('dk', '{}', dedup_key => 'k2')"), $k2,
+	'keyed: the ready job still holds its key after the crash');
+$node->safe_psql('postgres', "SELECT pgjq.cancel(id) FROM pgjq.job WHERE queue_id = (SELECT queue_id FROM pgjq.queue WHERE name = 'dk') AND dedup_key = 'k1'");
+my (undef, $ktok2) = split /\|/,
+  $node->safe_psql('postgres', "SELECT id, token FROM pgjq.claim('dk', 1)");
+ok($ktok2, 'keyed: the ready job is claimed');
+$node->stop('immediate');
+$node->start;
+is($node->safe_psql('postgres', "SELECT pgjq.enqueue('dk', '{}', dedup_key => 'k2')"), $k2,
+	'keyed: the running job holds its key across a kill -9');
+is($node->safe_psql('postgres', "SELECT pgjq.complete($k2, $ktok2)"), 't',
+	'keyed: its holder completes it with the token it had');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pgjq.job WHERE dedup_key IS NOT NULL"), '0',
+	'keyed: no anchor is left');
+verify_ok($node, 'postgres', 'after the crashes with keyed jobs');
 
 $node->stop;
 done_testing();
