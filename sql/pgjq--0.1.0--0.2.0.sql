@@ -77,6 +77,31 @@ COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, 
 REVOKE ALL ON FUNCTION pgjq.health() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgjq.health() TO pgjq_admin;
 
+/*
+ * New in 0.2.0: results.  complete() takes a result (and the array form an
+ * array of them), kept with the completed job in job_done and shown by
+ * job(id).  The old signatures are replaced (a defaulted argument keeps
+ * every existing call working).
+ */
+ALTER TABLE pgjq.job_done ADD COLUMN results jsonb[];
+ALTER TYPE pgjq.job_info ADD ATTRIBUTE result jsonb;
+DROP FUNCTION pgjq.complete(bigint, bigint);
+DROP FUNCTION pgjq.complete(bigint[], bigint[]);
+CREATE FUNCTION pgjq.complete(id bigint, token bigint, result jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_complete';
+COMMENT ON FUNCTION pgjq.complete(bigint, bigint, jsonb) IS 'mark a running job completed, keeping its result (job(id) shows it while the job is in the history); false when the token is stale';
+
+CREATE FUNCTION pgjq.complete(ids bigint[], tokens bigint[], results jsonb[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_complete_many';
+COMMENT ON FUNCTION pgjq.complete(bigint[], bigint[], jsonb[]) IS 'complete many running jobs, results[i] the result of ids[i] (NULL: none); returns how many were completed (stale tokens are skipped)';
+REVOKE ALL ON FUNCTION pgjq.complete(bigint, bigint, jsonb), pgjq.complete(bigint[], bigint[], jsonb[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.complete(bigint, bigint, jsonb), pgjq.complete(bigint[], bigint[], jsonb[])
+	TO pgjq_worker, pgjq_admin;
+
 /* New in 0.2.0: a worker's cycle in one statement (pgjq_worker). */
 CREATE FUNCTION pgjq.complete_and_claim(
 	queue text,
@@ -85,14 +110,15 @@ CREATE FUNCTION pgjq.complete_and_claim(
 	batch integer DEFAULT 1,
 	lease interval DEFAULT NULL,
 	worker text DEFAULT NULL,
-	errors text[] DEFAULT NULL)
+	errors text[] DEFAULT NULL,
+	results jsonb[] DEFAULT NULL)
 RETURNS SETOF pgjq.claimed
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 ROWS 10
 AS 'MODULE_PATHNAME', 'pgjq_complete_and_claim';
-COMMENT ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]) IS 'a worker''s cycle in one statement: complete (or, where errors[i] is not NULL, fail) the jobs it holds, then claim the next batch; stale tokens change nothing and are not reported';
-REVOKE ALL ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]) TO pgjq_worker, pgjq_admin;
+COMMENT ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[], jsonb[]) IS 'a worker''s cycle in one statement: complete (or, where errors[i] is not NULL, fail) the jobs it holds, then claim the next batch; stale tokens change nothing and are not reported';
+REVOKE ALL ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[], jsonb[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[], jsonb[]) TO pgjq_worker, pgjq_admin;
 
 /* New in 0.2.0: the consistency check (pgjq_admin only). */
 CREATE FUNCTION pgjq.verify(
@@ -253,7 +279,7 @@ AS $$
 		   CASE j.state WHEN 's' THEN 'scheduled' ELSE 'ready' END,
 		   j.attempt, j.max_attempts, j.priority, NULLIF(j.fair_key, ''), j.dedup_key,
 		   j.payload, j.enqueued_at, j.run_at, j.lease_until, NULL::timestamptz,
-		   j.worker, j.last_error, j.cancel_requested
+		   j.worker, j.last_error, j.cancel_requested, NULL::jsonb
 	  FROM pgjq.job j LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 	 WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.state OPERATOR(pg_catalog.<>) 'n'
 	UNION ALL
@@ -261,15 +287,16 @@ AS $$
 		   CASE h.state WHEN 'd' THEN 'dead' ELSE 'cancelled' END,
 		   h.attempt, h.max_attempts, h.priority, NULLIF(h.fair_key, ''), h.dedup_key,
 		   h.payload, h.enqueued_at, NULL, NULL, h.finished_at,
-		   h.worker, h.last_error, false
+		   h.worker, h.last_error, false, NULL
 	  FROM pgjq.job_history h LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) h.queue_id
 	 WHERE h.id OPERATOR(pg_catalog.=) $1
 	UNION ALL
 	SELECT u.id, q.name, 'completed', u.attempt, NULL, NULL, NULL, NULL,
 		   NULL, u.enqueued_at, NULL, NULL, d.finished_at,
-		   NULL, NULL, false
+		   NULL, NULL, false, u.result
 	  FROM pgjq.job_done d
-	 CROSS JOIN LATERAL unnest(d.ids, d.attempts, d.enqueued_at) AS u(id, attempt, enqueued_at)
+	 CROSS JOIN LATERAL unnest(d.ids, d.attempts, d.enqueued_at, d.results)
+			 AS u(id, attempt, enqueued_at, result)
 	  LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) d.queue_id
 	 WHERE d.min_id OPERATOR(pg_catalog.<=) $1 AND d.max_id OPERATOR(pg_catalog.>=) $1
 	   AND u.id OPERATOR(pg_catalog.=) $1

@@ -123,7 +123,8 @@ CREATE TABLE pgjq.job_done (
 	max_id			bigint NOT NULL,
 	ids				bigint[] NOT NULL,
 	attempts		integer[] NOT NULL,
-	enqueued_at		timestamptz[] NOT NULL
+	enqueued_at		timestamptz[] NOT NULL,
+	results			jsonb[]	/* NULL when the call gave none; else results[i] is ids[i]'s */
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgjq.job_done IS 'completed jobs, one row per completing call and queue, in hourly partitions (private)';
 
@@ -399,12 +400,13 @@ CREATE FUNCTION pgjq.complete_and_claim(
 	batch integer DEFAULT 1,
 	lease interval DEFAULT NULL,
 	worker text DEFAULT NULL,
-	errors text[] DEFAULT NULL)
+	errors text[] DEFAULT NULL,
+	results jsonb[] DEFAULT NULL)
 RETURNS SETOF pgjq.claimed
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 ROWS 10
 AS 'MODULE_PATHNAME', 'pgjq_complete_and_claim';
-COMMENT ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]) IS 'a worker''s cycle in one statement: complete (or, where errors[i] is not NULL, fail) the jobs it holds, then claim the next batch; stale tokens change nothing and are not reported';
+COMMENT ON FUNCTION pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[], jsonb[]) IS 'a worker''s cycle in one statement: complete (or, where errors[i] is not NULL, fail) the jobs it holds, then claim the next batch; stale tokens change nothing and are not reported';
 
 /*
  * await() is SECURITY INVOKER without SET: PostgreSQL allows transaction
@@ -428,17 +430,17 @@ COMMENT ON PROCEDURE pgjq.await(text[], interval) IS 'sleep until one of the que
 
 /* ------------------------------------------------------------- outcomes */
 
-CREATE FUNCTION pgjq.complete(id bigint, token bigint)
+CREATE FUNCTION pgjq.complete(id bigint, token bigint, result jsonb DEFAULT NULL)
 RETURNS boolean
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_complete';
-COMMENT ON FUNCTION pgjq.complete(bigint, bigint) IS 'mark a running job completed; false when the token is stale';
+COMMENT ON FUNCTION pgjq.complete(bigint, bigint, jsonb) IS 'mark a running job completed, keeping its result (job(id) shows it while the job is in the history); false when the token is stale';
 
-CREATE FUNCTION pgjq.complete(ids bigint[], tokens bigint[])
+CREATE FUNCTION pgjq.complete(ids bigint[], tokens bigint[], results jsonb[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_complete_many';
-COMMENT ON FUNCTION pgjq.complete(bigint[], bigint[]) IS 'complete many running jobs; returns how many were completed (stale tokens are skipped)';
+COMMENT ON FUNCTION pgjq.complete(bigint[], bigint[], jsonb[]) IS 'complete many running jobs, results[i] the result of ids[i] (NULL: none); returns how many were completed (stale tokens are skipped)';
 
 CREATE FUNCTION pgjq.fail(id bigint, token bigint, error text DEFAULT NULL, retry_in interval DEFAULT NULL)
 RETURNS text
@@ -514,7 +516,8 @@ CREATE TYPE pgjq.job_info AS (
 	finished_at		timestamptz,
 	worker			text,
 	last_error		text,
-	cancel_requested boolean
+	cancel_requested boolean,
+	result			jsonb	/* a completed job's, while it is kept in the history */
 );
 COMMENT ON TYPE pgjq.job_info IS 'what pgjq.job() reports about one job';
 
@@ -537,7 +540,7 @@ AS $$
 		   CASE j.state WHEN 's' THEN 'scheduled' ELSE 'ready' END,
 		   j.attempt, j.max_attempts, j.priority, NULLIF(j.fair_key, ''), j.dedup_key,
 		   j.payload, j.enqueued_at, j.run_at, j.lease_until, NULL::timestamptz,
-		   j.worker, j.last_error, j.cancel_requested
+		   j.worker, j.last_error, j.cancel_requested, NULL::jsonb
 	  FROM pgjq.job j LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 	 WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.state OPERATOR(pg_catalog.<>) 'n'
 	UNION ALL
@@ -545,15 +548,16 @@ AS $$
 		   CASE h.state WHEN 'd' THEN 'dead' ELSE 'cancelled' END,
 		   h.attempt, h.max_attempts, h.priority, NULLIF(h.fair_key, ''), h.dedup_key,
 		   h.payload, h.enqueued_at, NULL, NULL, h.finished_at,
-		   h.worker, h.last_error, false
+		   h.worker, h.last_error, false, NULL
 	  FROM pgjq.job_history h LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) h.queue_id
 	 WHERE h.id OPERATOR(pg_catalog.=) $1
 	UNION ALL
 	SELECT u.id, q.name, 'completed', u.attempt, NULL, NULL, NULL, NULL,
 		   NULL, u.enqueued_at, NULL, NULL, d.finished_at,
-		   NULL, NULL, false
+		   NULL, NULL, false, u.result
 	  FROM pgjq.job_done d
-	 CROSS JOIN LATERAL unnest(d.ids, d.attempts, d.enqueued_at) AS u(id, attempt, enqueued_at)
+	 CROSS JOIN LATERAL unnest(d.ids, d.attempts, d.enqueued_at, d.results)
+			 AS u(id, attempt, enqueued_at, result)
 	  LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) d.queue_id
 	 WHERE d.min_id OPERATOR(pg_catalog.<=) $1 AND d.max_id OPERATOR(pg_catalog.>=) $1
 	   AND u.id OPERATOR(pg_catalog.=) $1
@@ -701,9 +705,9 @@ TO pgjq_producer;
 GRANT EXECUTE ON FUNCTION
 	pgjq.claim(text, integer, interval, text, interval),
 	pgjq.claim(text[], integer, interval, text, interval),
-	pgjq.complete(bigint, bigint),
-	pgjq.complete(bigint[], bigint[]),
-	pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[]),
+	pgjq.complete(bigint, bigint, jsonb),
+	pgjq.complete(bigint[], bigint[], jsonb[]),
+	pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[], jsonb[]),
 	pgjq.fail(bigint, bigint, text, interval),
 	pgjq.heartbeat(bigint, bigint, interval),
 	pgjq.snooze(bigint, bigint, interval),

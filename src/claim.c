@@ -381,10 +381,11 @@ cycle_array(FunctionCallInfo fcinfo, int argno, const char *argname, Oid type,
 PG_FUNCTION_INFO_V1(pgjq_complete_and_claim);
 
 /*
- * complete_and_claim(queue, ids, tokens, batch, lease, worker, errors): a
- * worker's whole cycle in one statement, so one transaction (and one commit)
- * per cycle.  Each (ids[i], tokens[i]) is completed, or failed with
- * errors[i] when errors is given and that element is not NULL; then up to
+ * complete_and_claim(queue, ids, tokens, batch, lease, worker, errors,
+ * results): a worker's whole cycle in one statement, so one transaction (and
+ * one commit) per cycle.  Each (ids[i], tokens[i]) is completed (with
+ * results[i] when given), or failed with errors[i] when errors is given and
+ * that element is not NULL (results[i] is then not kept); then up to
  * batch jobs are claimed from queue, exactly as claim(queue, batch, lease,
  * worker) would, except that the claim may use the room under the queue's
  * limits that those outcomes free (limits.c, own_ends).  Stale pairs change
@@ -409,6 +410,9 @@ pgjq_complete_and_claim(PG_FUNCTION_ARGS)
 	int			nids = cycle_array(fcinfo, 1, "ids", INT8OID, &idv, &idnulls);
 	int			ntok = cycle_array(fcinfo, 2, "tokens", INT8OID, &tokv, &toknulls);
 	int			nerr = cycle_array(fcinfo, 6, "errors", TEXTOID, &errv, &errnulls);
+	Datum	   *resv;
+	bool	   *resnulls;
+	int			nres;
 	PgjqClaimedJob *jobs;
 	PgjqQueue	queue;
 	int32		queue_id;
@@ -427,13 +431,19 @@ pgjq_complete_and_claim(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("errors must have as many elements as ids"),
 				 errdetail("ids has %d elements, errors has %d.", nids, nerr)));
+	nres = pgjq_outcome_results(fcinfo, 7, &resv, &resnulls);
+	if (nres >= 0 && nres != nids)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("results must have as many elements as ids"),
+				 errdetail("ids has %d elements, results has %d.", nids, nres)));
 	pgjq_srf_materialize(fcinfo);
 
 	if (nids > 0)
 	{
 		pgjq_storage_begin();
 		(void) pgjq_outcome_cycle(nids, idv, tokv, PG_ARGISNULL(6) ? NULL : errv, errnulls,
-								  GetCurrentTimestamp());
+								  nres >= 0 ? resv : NULL, resnulls, GetCurrentTimestamp());
 		pgjq_storage_end();
 	}
 	jobs = palloc(sizeof(PgjqClaimedJob) * batch);

@@ -101,13 +101,41 @@ pgjq_outcome_rescue_ring(int64 id, int64 token, TimestampTz now)
 	return fail_job(id, token, "lease expired", -1, now, true);
 }
 
-/* Complete (ids[i], tokens[i]); a pair that is not in flight is stale. */
+/*
+ * Complete (ids[i], tokens[i]) with results[i] (NULL pointer: no results);
+ * a pair that is not in flight is stale.
+ */
 static int64
-complete_jobs(int n, Datum *ids, Datum *tokens, TimestampTz now)
+complete_jobs(int n, Datum *ids, Datum *tokens, const Datum *results, const bool *result_nulls,
+			  TimestampTz now)
 {
 	bool	   *handled = palloc(sizeof(bool) * n);
 
-	return pgjq_ring_complete(n, ids, tokens, now, handled);
+	return pgjq_ring_complete(n, ids, tokens, results, result_nulls, now, handled);
+}
+
+/*
+ * The elements of a results argument (jsonb[], nulls allowed: no result for
+ * that job), each within pgjq.max_payload_size.  NULL array: none.
+ */
+int
+pgjq_outcome_results(FunctionCallInfo fcinfo, int argno, Datum **values, bool **nulls)
+{
+	ArrayType  *arr;
+	int			n;
+
+	*values = NULL;
+	*nulls = NULL;
+	if (PG_NARGS() <= argno)
+		return -1;
+	arr = pgjq_arg_array(fcinfo, argno, "results", JSONBOID, false);
+	if (arr == NULL)
+		return -1;
+	deconstruct_array(arr, JSONBOID, -1, false, TYPALIGN_INT, values, nulls, &n);
+	for (int i = 0; i < n; i++)
+		if (!(*nulls)[i])
+			pgjq_check_payload((*values)[i], "results element");
+	return n;
 }
 
 Datum
@@ -115,6 +143,8 @@ pgjq_complete(PG_FUNCTION_ARGS)
 {
 	Datum		id;
 	Datum		token;
+	Datum		result = (Datum) 0;
+	bool		no_result = true;
 	int64		n;
 	TimestampTz now = GetCurrentTimestamp();
 
@@ -122,9 +152,15 @@ pgjq_complete(PG_FUNCTION_ARGS)
 	pgjq_arg_not_null(fcinfo, 1, "token");
 	id = PG_GETARG_DATUM(0);
 	token = PG_GETARG_DATUM(1);
+	if (PG_NARGS() > 2 && !PG_ARGISNULL(2))
+	{
+		result = PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(2)));
+		pgjq_check_payload(result, "result");
+		no_result = false;
+	}
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
-	n = complete_jobs(1, &id, &token, now);
+	n = complete_jobs(1, &id, &token, no_result ? NULL : &result, &no_result, now);
 	pgjq_storage_end();
 	token = PG_GETARG_DATUM(1);
 	pgjq_metrics_completed(1, &token, n, now);
@@ -151,8 +187,11 @@ pgjq_complete_many(PG_FUNCTION_ARGS)
 	ArrayType  *tokens = pgjq_arg_array(fcinfo, 1, "tokens", INT8OID, true);
 	Datum	   *idv;
 	Datum	   *tokv;
+	Datum	   *resv;
+	bool	   *resnulls;
 	int			nids;
 	int			ntok;
+	int			nres;
 	int64		n;
 	TimestampTz now = GetCurrentTimestamp();
 
@@ -167,6 +206,12 @@ pgjq_complete_many(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("ids has too many elements"),
 				 errdetail("complete takes at most %d jobs per call.", PGJQ_MAX_ENQUEUE_MANY)));
+	nres = pgjq_outcome_results(fcinfo, 2, &resv, &resnulls);
+	if (nres >= 0 && nres != pgjq_array_length(ids))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("results must have as many elements as ids"),
+				 errdetail("ids has %d elements, results has %d.", pgjq_array_length(ids), nres)));
 	if (pgjq_array_length(ids) == 0)
 		PG_RETURN_INT64(0);
 	int8_elements(ids, "ids", &idv, &nids);
@@ -181,7 +226,7 @@ pgjq_complete_many(PG_FUNCTION_ARGS)
 		/* complete_jobs reorders its arrays; metrics needs the tokens */
 		memcpy(ids2, idv, sizeof(Datum) * nids);
 		memcpy(tok2, tokv, sizeof(Datum) * nids);
-		n = complete_jobs(nids, ids2, tok2, now);
+		n = complete_jobs(nids, ids2, tok2, nres >= 0 ? resv : NULL, resnulls, now);
 	}
 	pgjq_storage_end();
 	pgjq_metrics_completed(nids, tokv, n, now);
@@ -213,17 +258,21 @@ error_arg(FunctionCallInfo fcinfo, int argno)
  * The outcomes of a worker's cycle (complete_and_claim): each (ids[i],
  * tokens[i]) is completed, or failed with errors[i] when errors is given and
  * that element is not NULL (a retry after the queue's backoff, or dead when
- * its attempts are spent).  Stale pairs change nothing.  The arrays were
- * checked by the caller (same length, no nulls in ids and tokens).  Returns
+ * its attempts are spent).  results (NULL pointer: none) are the completed
+ * jobs' results (a failed one's is not kept).  Stale pairs change nothing.
+ * The arrays were checked by the caller (same length, no nulls in ids and
+ * tokens).  Returns
  * how many jobs it completed or failed.  Caller is between
  * pgjq_storage_begin() and pgjq_storage_end().
  */
 int64
 pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors, bool *error_nulls,
-				   TimestampTz now)
+				   Datum *results, bool *result_nulls, TimestampTz now)
 {
 	Datum	   *cids = palloc(sizeof(Datum) * Max(n, 1));
 	Datum	   *ctoks = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *cres = palloc(sizeof(Datum) * Max(n, 1));
+	bool	   *cresn = palloc(sizeof(bool) * Max(n, 1));
 	int			ncomplete = 0;
 	int64		done = 0;
 
@@ -235,6 +284,8 @@ pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors, bool *error_
 		{
 			cids[ncomplete] = ids[i];
 			ctoks[ncomplete] = tokens[i];
+			cresn[ncomplete] = results == NULL || result_nulls[i];
+			cres[ncomplete] = cresn[ncomplete] ? (Datum) 0 : results[i];
 			ncomplete++;
 			continue;
 		}
@@ -265,7 +316,7 @@ pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors, bool *error_
 			Datum	   *tok2 = palloc(sizeof(Datum) * ncomplete);
 
 			memcpy(tok2, ctoks, sizeof(Datum) * ncomplete);
-			completed = complete_jobs(ncomplete, cids, tok2, now);
+			completed = complete_jobs(ncomplete, cids, tok2, results ? cres : NULL, cresn, now);
 		}
 		pgjq_metrics_completed(ncomplete, ctoks, completed, now);
 		done += completed;

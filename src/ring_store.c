@@ -1463,10 +1463,13 @@ any_in_flight(int n, const int64 *ids)
 	return any;
 }
 
+/* results ($8) is NULL when the call gave none for the queue's jobs: no byte */
 static PgjqPlan plan_done = {
-	"INSERT INTO pgjq.job_done (queue_id, finished_at, min_id, max_id, ids, attempts, enqueued_at)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7)",
-	7, {INT4OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID}
+	"INSERT INTO pgjq.job_done (queue_id, finished_at, min_id, max_id, ids, attempts, enqueued_at,"
+	"                           results)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+	8, {INT4OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID,
+	JSONBARRAYOID}
 };
 
 static bool tables_known(void);
@@ -1589,7 +1592,8 @@ left_running(const RingFlight *f)
 }
 
 int64
-pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *handled)
+pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
+				   const bool *result_nulls, TimestampTz now, bool *handled)
 {
 	int64	   *idv = palloc(sizeof(int64) * n);
 	int64	   *tokv = palloc(sizeof(int64) * n);
@@ -1665,12 +1669,16 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 	{
 		Datum	   *di,
 				   *da,
-				   *de;
+				   *de,
+				   *dr;
+		bool	   *drn;
+		bool		any_result = false;
 		int			c = 0;
 		int32		qid;
 		int64		lo = PG_INT64_MAX,
 					hi = PG_INT64_MIN;
-		Datum		values[7];
+		Datum		values[8];
+		char		nulls[9] = "        ";
 		uint64	   *kh;
 
 		if (!ok[i])
@@ -1679,6 +1687,8 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 		di = palloc(sizeof(Datum) * n);
 		da = palloc(sizeof(Datum) * n);
 		de = palloc(sizeof(Datum) * n);
+		dr = palloc(sizeof(Datum) * n);
+		drn = palloc(sizeof(bool) * n);
 		kh = palloc(sizeof(uint64) * n);
 		for (int j = i; j < n; j++)
 			if (ok[j] && fl[j].queue_id == qid)
@@ -1688,6 +1698,9 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 				di[c] = Int64GetDatum(idv[j]);
 				da[c] = Int32GetDatum(fl[j].attempt);
 				de[c] = TimestampTzGetDatum(fl[j].enqueued_at);
+				drn[c] = results == NULL || result_nulls[j];
+				dr[c] = drn[c] ? (Datum) 0 : results[j];
+				any_result |= !drn[c];
 				lo = Min(lo, idv[j]);
 				hi = Max(hi, idv[j]);
 				ok[j] = false;
@@ -1700,7 +1713,17 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, TimestampTz now, bool *hand
 		values[4] = PointerGetDatum(construct_array(di, c, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		values[5] = PointerGetDatum(construct_array(da, c, INT4OID, 4, true, TYPALIGN_INT));
 		values[6] = PointerGetDatum(construct_array(de, c, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		pgjq_spi_run(&plan_done, values, NULL, 0);
+		if (any_result)
+		{
+			int			dims[1] = {c};
+			int			lbs[1] = {1};
+
+			values[7] = PointerGetDatum(construct_md_array(dr, drn, 1, dims, lbs, JSONBOID, -1,
+														   false, TYPALIGN_INT));
+		}
+		else
+			nulls[7] = 'n';
+		pgjq_spi_run(&plan_done, values, nulls, 0);
 		if (pgjq_jobs_finished_hook)
 			pgjq_jobs_finished_hook(qid, PGJQ_FINISHED_COMPLETED, c);
 
@@ -3134,8 +3157,8 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 	bool		ready = false,
 				running = false;
 	TimestampTz lease = 0;
-	Datum		values[16];
-	bool		nulls[16];
+	Datum		values[17];		/* pgjq.job_info; result (16) stays NULL */
+	bool		nulls[17];
 	char	   *qname = NULL;
 	char	   *worker = NULL;
 	bool		cancel = false;

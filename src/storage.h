@@ -191,7 +191,12 @@ extern char pgjq_outcome_rescue_ring(int64 id, int64 token, TimestampTz now);
 
 /* outcome.c: the outcomes of a worker's cycle (complete_and_claim) */
 extern int64 pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors,
-								bool *error_nulls, TimestampTz now);
+								bool *error_nulls, Datum *results, bool *result_nulls,
+								TimestampTz now);
+
+/* outcome.c: a results argument (jsonb[]) checked; -1 when NULL or absent */
+extern int	pgjq_outcome_results(FunctionCallInfo fcinfo, int argno, Datum **values,
+								 bool **nulls);
 
 /* storage_maintenance.c */
 extern int64 pgjq_storage_promote(TimestampTz now, int limit);

@@ -43,9 +43,9 @@ SELECT set_eq(
 		('claim(queue text, batch integer, lease interval, worker text, wait interval) -> SETOF pgjq.claimed'),
 		('claim(queues text[], batch integer, lease interval, worker text, wait interval) -> SETOF pgjq.claimed'),
 		('procedure await(IN queues text[], IN wait interval)'),
-		('complete(id bigint, token bigint) -> boolean'),
-		('complete(ids bigint[], tokens bigint[]) -> bigint'),
-		('complete_and_claim(queue text, ids bigint[], tokens bigint[], batch integer, lease interval, worker text, errors text[]) -> SETOF pgjq.claimed'),
+		('complete(id bigint, token bigint, result jsonb) -> boolean'),
+		('complete(ids bigint[], tokens bigint[], results jsonb[]) -> bigint'),
+		('complete_and_claim(queue text, ids bigint[], tokens bigint[], batch integer, lease interval, worker text, errors text[], results jsonb[]) -> SETOF pgjq.claimed'),
 		('fail(id bigint, token bigint, error text, retry_in interval) -> text'),
 		('heartbeat(id bigint, token bigint, extend interval) -> timestamp with time zone'),
 		('snooze(id bigint, token bigint, delay interval) -> boolean'),
@@ -135,8 +135,8 @@ SELECT function_returns('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 't
 SELECT function_returns('pgjq', 'claim', ARRAY['text[]', 'integer', 'interval', 'text', 'interval'], 'setof pgjq.claimed');
 SELECT function_returns('pgjq', 'enqueue',
 	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer'], 'bigint');
-SELECT function_returns('pgjq', 'complete', ARRAY['bigint', 'bigint'], 'boolean');
-SELECT function_returns('pgjq', 'complete', ARRAY['bigint[]', 'bigint[]'], 'bigint');
+SELECT function_returns('pgjq', 'complete', ARRAY['bigint', 'bigint', 'jsonb'], 'boolean');
+SELECT function_returns('pgjq', 'complete', ARRAY['bigint[]', 'bigint[]', 'jsonb[]'], 'bigint');
 SELECT function_returns('pgjq', 'fail', ARRAY['bigint', 'bigint', 'text', 'interval'], 'text');
 SELECT function_returns('pgjq', 'heartbeat', ARRAY['bigint', 'bigint', 'interval'], 'timestamp with time zone');
 SELECT is_definer('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text', 'interval']);
@@ -208,7 +208,7 @@ SELECT results_eq(
 			 ('dedup_key', 'text'), ('payload', 'jsonb'), ('enqueued_at', 'timestamp with time zone'),
 			 ('run_at', 'timestamp with time zone'), ('lease_until', 'timestamp with time zone'),
 			 ('finished_at', 'timestamp with time zone'), ('worker', 'text'), ('last_error', 'text'),
-			 ('cancel_requested', 'boolean')$$,
+			 ('cancel_requested', 'boolean'), ('result', 'jsonb')$$,
 	'pgjq.job_info has the documented columns, in order');
 
 -- -------------------------------------------------------------------- roles

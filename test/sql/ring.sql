@@ -457,7 +457,9 @@ SELECT * FROM pgjq.verify();
 -- ready job (the tables now call it finished, shared memory still ready)
 SELECT pgjq.enqueue('rq', '{"n": "forged"}') AS forged \gset
 INSERT INTO pgjq.ring_log_0 VALUES (9999999, now(), 'd', ARRAY[:forged]::bigint[]);
-SELECT area, replace(object, :'forged', 'F') AS object, expected, found FROM pgjq.verify();
+-- (the token sequence's value depends on the files before this one)
+SELECT area, replace(object, :'forged', 'F') AS object, expected,
+       CASE area WHEN 'sequences' THEN 'N' ELSE found END AS found FROM pgjq.verify();
 DELETE FROM pgjq.ring_log_0 WHERE token = 9999999;
 SELECT * FROM pgjq.verify();
 
