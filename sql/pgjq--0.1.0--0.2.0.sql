@@ -102,6 +102,21 @@ REVOKE ALL ON FUNCTION pgjq.complete(bigint, bigint, jsonb), pgjq.complete(bigin
 GRANT EXECUTE ON FUNCTION pgjq.complete(bigint, bigint, jsonb), pgjq.complete(bigint[], bigint[], jsonb[])
 	TO pgjq_worker, pgjq_admin;
 
+/* New in 0.2.0: bulk cancel (pgjq_producer). */
+CREATE FUNCTION pgjq.cancel_many(ids bigint[])
+RETURNS bigint
+LANGUAGE C VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_cancel_many';
+COMMENT ON FUNCTION pgjq.cancel_many(bigint[]) IS 'cancel(id) for each of ids; returns how many were cancelled or asked to stop';
+
+CREATE FUNCTION pgjq.cancel_key(queue text, fair_key text)
+RETURNS bigint
+LANGUAGE C VOLATILE CALLED ON NULL INPUT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_cancel_key';
+COMMENT ON FUNCTION pgjq.cancel_key(text, text) IS 'cancel(id) for every unfinished job of the queue with that fair_key (NULL: without one); returns how many were cancelled or asked to stop';
+REVOKE ALL ON FUNCTION pgjq.cancel_many(bigint[]), pgjq.cancel_key(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.cancel_many(bigint[]), pgjq.cancel_key(text, text) TO pgjq_producer, pgjq_admin;
+
 /* New in 0.2.0: a worker's cycle in one statement (pgjq_worker). */
 CREATE FUNCTION pgjq.complete_and_claim(
 	queue text,

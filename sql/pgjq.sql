@@ -466,6 +466,18 @@ LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_cancel';
 COMMENT ON FUNCTION pgjq.cancel(bigint) IS 'cancel a scheduled or ready job, or ask a running one to stop';
 
+CREATE FUNCTION pgjq.cancel_many(ids bigint[])
+RETURNS bigint
+LANGUAGE C VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_cancel_many';
+COMMENT ON FUNCTION pgjq.cancel_many(bigint[]) IS 'cancel(id) for each of ids; returns how many were cancelled or asked to stop';
+
+CREATE FUNCTION pgjq.cancel_key(queue text, fair_key text)
+RETURNS bigint
+LANGUAGE C VOLATILE CALLED ON NULL INPUT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_cancel_key';
+COMMENT ON FUNCTION pgjq.cancel_key(text, text) IS 'cancel(id) for every unfinished job of the queue with that fair_key (NULL: without one); returns how many were cancelled or asked to stop';
+
 CREATE FUNCTION pgjq.retry_dead(queue text, ids bigint[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -699,6 +711,8 @@ GRANT EXECUTE ON FUNCTION
 	pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer),
 	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[]),
 	pgjq.cancel(bigint),
+	pgjq.cancel_many(bigint[]),
+	pgjq.cancel_key(text, text),
 	pgjq.job(bigint)
 TO pgjq_producer;
 

@@ -21,6 +21,7 @@
 
 #include "catalog/pg_type.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -30,6 +31,8 @@ PG_FUNCTION_INFO_V1(pgjq_fail);
 PG_FUNCTION_INFO_V1(pgjq_heartbeat);
 PG_FUNCTION_INFO_V1(pgjq_snooze);
 PG_FUNCTION_INFO_V1(pgjq_cancel);
+PG_FUNCTION_INFO_V1(pgjq_cancel_many);
+PG_FUNCTION_INFO_V1(pgjq_cancel_key);
 PG_FUNCTION_INFO_V1(pgjq_retry_dead);
 
 #define MAX_DELAY_US (10 * USECS_PER_YEAR)
@@ -456,30 +459,121 @@ pgjq_snooze(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(snoozed);
 }
 
-Datum
-pgjq_cancel(PG_FUNCTION_ARGS)
+/* Cancel one job; caller is between pgjq_storage_begin and _end. */
+static bool
+cancel_one(int64 id, TimestampTz now)
 {
 	PgjqCancelResult r;
-
-	pgjq_arg_not_null(fcinfo, 0, "id");
-	pgjq_storage_begin();
 
 	/*
 	 * a ready ring job ends here; a running one gets its cancellation
 	 * requested in the ring (ring.h)
 	 */
-	if (pgjq_ring_take_ready(PG_GETARG_INT64(0)))
+	if (pgjq_ring_take_ready(id))
 		r = PGJQ_CANCEL_DONE;
-	else if (pgjq_ring_request_cancel(PG_GETARG_INT64(0)))
+	else if (pgjq_ring_request_cancel(id))
 		r = PGJQ_CANCEL_REQUESTED;
 	/* (a claim it waited for rolled back: ready again) */
-	else if (pgjq_ring_take_ready(PG_GETARG_INT64(0)))
+	else if (pgjq_ring_take_ready(id))
 		r = PGJQ_CANCEL_DONE;
 	/* a job waiting in pgjq.job (delayed, or not yet moved into the ring) */
 	else
-		r = pgjq_storage_cancel(PG_GETARG_INT64(0), GetCurrentTimestamp());
+		r = pgjq_storage_cancel(id, now);
+	return r != PGJQ_CANCEL_NOT_FOUND;
+}
+
+Datum
+pgjq_cancel(PG_FUNCTION_ARGS)
+{
+	bool		found;
+
+	pgjq_arg_not_null(fcinfo, 0, "id");
+	pgjq_storage_begin();
+	found = cancel_one(PG_GETARG_INT64(0), GetCurrentTimestamp());
 	pgjq_storage_end();
-	PG_RETURN_BOOL(r != PGJQ_CANCEL_NOT_FOUND);
+	PG_RETURN_BOOL(found);
+}
+
+static int
+int64_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* Cancel each distinct id of ids[0..n) (sorted here); returns how many. */
+static int64
+cancel_ids(int64 *ids, int n)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int64		done = 0;
+
+	qsort(ids, n, sizeof(int64), int64_cmp);
+	for (int i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (i > 0 && ids[i] == ids[i - 1])
+			continue;
+		if (cancel_one(ids[i], now))
+			done++;
+	}
+	return done;
+}
+
+/*
+ * cancel_many(ids bigint[]): each job as cancel(id) does, one at a time (each
+ * takes the ring's lock only for its own job, so claims go on); returns how
+ * many were cancelled or asked to stop.
+ */
+Datum
+pgjq_cancel_many(PG_FUNCTION_ARGS)
+{
+	ArrayType  *arr = pgjq_arg_array(fcinfo, 0, "ids", INT8OID, true);
+	Datum	   *idv;
+	int64	   *ids;
+	int			n;
+	int64		done;
+
+	if (pgjq_array_length(arr) > PGJQ_MAX_ENQUEUE_MANY)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("ids has too many elements"),
+				 errdetail("cancel takes at most %d jobs per call.", PGJQ_MAX_ENQUEUE_MANY)));
+	int8_elements(arr, "ids", &idv, &n);
+	ids = palloc(sizeof(int64) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		ids[i] = DatumGetInt64(idv[i]);
+	pgjq_storage_begin();
+	done = cancel_ids(ids, n);
+	pgjq_storage_end();
+	PG_RETURN_INT64(done);
+}
+
+/*
+ * cancel_key(queue, fair_key): every unfinished job of the queue with that
+ * fair key (NULL: the jobs without one) as cancel(id) does: the ready and
+ * waiting ones end cancelled, the running ones are asked to stop.  The jobs
+ * are those that exist when the call starts (storage_job.c lists them);
+ * returns how many it cancelled or asked to stop.
+ */
+Datum
+pgjq_cancel_key(PG_FUNCTION_ARGS)
+{
+	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
+	char	   *key = PG_ARGISNULL(1) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(1));
+	PgjqQueue	queue;
+	int64	   *ids;
+	int			n;
+	int64		done;
+
+	pgjq_storage_begin();
+	pgjq_storage_queue_get_or_error(name, &queue);
+	n = pgjq_storage_key_jobs(queue.queue_id, key, &ids);
+	done = cancel_ids(ids, n);
+	pgjq_storage_end();
+	PG_RETURN_INT64(done);
 }
 
 Datum

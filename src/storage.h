@@ -180,6 +180,9 @@ extern int64 pgjq_storage_next_token(void);
 
 /* cancel of a job waiting in pgjq.job (scheduled, or ready outside the ring) */
 extern PgjqCancelResult pgjq_storage_cancel(int64 id, TimestampTz now);
+
+/* the ids that may be unfinished jobs of (queue, fair_key; "" none), sorted */
+extern int	pgjq_storage_key_jobs(int32 queue_id, const char *fair_key, int64 **ids);
 extern int64 pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz now);
 
 /* outcome.c: the outcome of a failed attempt (fail, rescue), and applying it */

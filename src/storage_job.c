@@ -364,6 +364,36 @@ pgjq_storage_cancel(int64 id, TimestampTz now)
 }
 
 /*
+ * The ids that may be unfinished jobs of (queue, fair_key), for cancel_key:
+ * pgjq.job's rows (by its ready and scheduled indexes' leading column) and
+ * the live ring's bodies (a scan of the ring: finished ones are among them,
+ * and cancel finds nothing to do for those).  Sorted, no duplicates.
+ */
+static PgjqPlan plan_key_jobs = {
+	"SELECT id FROM pgjq.job WHERE queue_id = $1 AND fair_key = $2"
+	" UNION SELECT id FROM pgjq.ring_body_0 WHERE queue_id = $1 AND coalesce(fair_key, '') = $2"
+	" UNION SELECT id FROM pgjq.ring_body_1 WHERE queue_id = $1 AND coalesce(fair_key, '') = $2"
+	" UNION SELECT id FROM pgjq.ring_body_2 WHERE queue_id = $1 AND coalesce(fair_key, '') = $2"
+	" UNION SELECT id FROM pgjq.ring_body_3 WHERE queue_id = $1 AND coalesce(fair_key, '') = $2"
+	" ORDER BY 1",
+	2, {INT4OID, TEXTOID}
+};
+
+int
+pgjq_storage_key_jobs(int32 queue_id, const char *fair_key, int64 **ids)
+{
+	Datum		values[2] = {Int32GetDatum(queue_id), CStringGetTextDatum(fair_key)};
+	int			n;
+
+	pgjq_spi_run(&plan_key_jobs, values, NULL, 0);
+	n = (int) SPI_processed;
+	*ids = MemoryContextAlloc(pgjq_result_cxt, sizeof(int64) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		(*ids)[i] = pgjq_spi_get_int64(i, 1);
+	return n;
+}
+
+/*
  * Make dead jobs of a queue (all, or those in ids) ready again with their
  * attempts reset.  A dead job whose dedup_key is held by an unfinished job
  * stays dead.

@@ -62,8 +62,10 @@ SELECT set_eq(
 		'pgjq.enqueue(text,jsonb,interval,timestamp with time zone,integer,text,text,integer)',
 		'pgjq.enqueue_many(text,jsonb[],interval,timestamp with time zone,integer,text[],text[])',
 		'pgjq.cancel(bigint)',
+		'pgjq.cancel_many(bigint[])',
+		'pgjq.cancel_key(text,text)',
 		'pgjq.job(bigint)'],
-	'pgjq_producer can execute enqueue, enqueue_many, cancel and job, nothing else');
+	'pgjq_producer can execute enqueue, enqueue_many, cancel (one, many, by key) and job, nothing else');
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pgjq_worker')$$,
 	ARRAY[

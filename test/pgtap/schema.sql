@@ -50,6 +50,8 @@ SELECT set_eq(
 		('heartbeat(id bigint, token bigint, extend interval) -> timestamp with time zone'),
 		('snooze(id bigint, token bigint, delay interval) -> boolean'),
 		('cancel(id bigint) -> boolean'),
+		('cancel_many(ids bigint[]) -> bigint'),
+		('cancel_key(queue text, fair_key text) -> bigint'),
 		('retry_dead(queue text, ids bigint[]) -> bigint'),
 		('promote() -> bigint'),
 		('rescue() -> bigint'),
