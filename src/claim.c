@@ -183,11 +183,11 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		lease_until = claim_at + (lease_us > 0 ? lease_us : q->lease_us);
 
 		/*
-		 * If this (sub)transaction aborts, the jobs the claim locked are
-		 * ready again: wake waiters then.  Noted before the claim, for an
-		 * error in it; a round locks fewer than twice what it may take.
+		 * If this (sub)transaction aborts, the jobs the claim took are ready
+		 * again: wake waiters then.  Noted before the claim (at most
+		 * granted), for an error in it, and set to what it took after.
 		 */
-		pgjq_wait_note_claimed(q->queue_id, 2 * granted);
+		pgjq_wait_note_claimed(q->queue_id, granted);
 		got = queue_claim(q, granted, lease_until, worker, &quota, &token, jobs + n);
 		for (int k = n; k < n + got; k++)
 			jobs[k].lease_until = lease_until;
@@ -195,7 +195,7 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		if (got > 0)
 			pgjq_shmem_note_due(lease_until);
 
-		pgjq_wait_note_claimed(q->queue_id, got - 2 * granted);
+		pgjq_wait_note_claimed(q->queue_id, got - granted);
 		pgjq_limits_settle_queue(q, granted, got);
 		/* held back: a limit, not the supply of ready jobs, stopped the claim */
 		if ((got == granted && granted < want) || pgjq_limits_quota_cut_short(&quota))

@@ -9,9 +9,9 @@
  * handed to the background worker at commit (shmem.c) so it is promoted on
  * time without polling.
  *
- * On a ring queue (ring.h), a call whose jobs are due now appends them to
- * the ring (a job with a dedup_key also inserts its anchor into pgjq.job);
- * delayed jobs wait in pgjq.job until promotion appends them.
+ * A call whose jobs are due now appends them to the ring (ring.h; a job
+ * with a dedup_key also inserts its anchor into pgjq.job); delayed jobs wait
+ * in pgjq.job until promotion appends them.
  *
  *-------------------------------------------------------------------------
  */

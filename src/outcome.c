@@ -112,9 +112,7 @@ static int64
 complete_jobs(int n, Datum *ids, Datum *tokens, const Datum *results, const bool *result_nulls,
 			  TimestampTz now)
 {
-	bool	   *handled = palloc(sizeof(bool) * n);
-
-	return pgjq_ring_complete(n, ids, tokens, results, result_nulls, now, handled);
+	return pgjq_ring_complete(n, ids, tokens, results, result_nulls, now);
 }
 
 /*

@@ -71,14 +71,13 @@ extern bool pgjq_ring_table_first(int32 queue_id, uint64 *gen);
 extern void pgjq_ring_table_empty(int32 queue_id, uint64 gen);
 
 /*
- * Complete the pairs that are ring jobs in flight; handled[i] is set for
- * each pair the ring answered (completed or stale); the others are no job
- * in flight (stale too).  results (jsonb, NULL pointer for none; an element
- * with results_nulls[i] set has none) are kept with the completed jobs in
- * job_done.  Returns how many it completed.
+ * Complete the pairs that are jobs in flight (the others are stale).
+ * results (jsonb, NULL pointer for none; an element with result_nulls[i]
+ * set has none) are kept with the completed jobs in job_done.  Returns how
+ * many it completed.
  */
 extern int64 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
-								const bool *result_nulls, TimestampTz now, bool *handled);
+								const bool *result_nulls, TimestampTz now);
 
 /* what became of (id, token) */
 #define PGJQ_RING_NOT_MINE	0	/* not a job in flight */

@@ -898,15 +898,15 @@ static PgjqPlan plan_promote_out = {
 };
 
 /*
- * Promotion into the ring: up to `limit` due jobs of ring queues move from
+ * Promotion into the ring: up to `limit` due jobs move from
  * pgjq.job into the ring as the job's next version (same id; after_token =
  * the token of the claim whose outcome scheduled it, 0 for a delayed job
  * never claimed; the attempt about to run), behind the ready jobs of their
  * lane.  So a retried, snoozed, rescued or delayed job is claimed by the
- * ring's one round robin, not from a second store.  Returns how many; the
- * caller promotes the rest (table queues) in pgjq.job.  Taken
- * no further than the ring has room for positions now, so a full ring
- * leaves jobs to pgjq.job instead of failing the promotion.
+ * ring's one round robin.  Returns how many; the caller makes the rest
+ * ready rows of pgjq.job (pgjq_storage_promote), which claims move into the
+ * ring later.  Taken no further than the ring has room for positions now,
+ * so a full ring leaves jobs to pgjq.job instead of failing the promotion.
  */
 /* How many jobs a promotion may append now: half the free positions when fewer than limit. */
 static int
@@ -1593,8 +1593,9 @@ left_running(const RingFlight *f)
 
 int64
 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
-				   const bool *result_nulls, TimestampTz now, bool *handled)
+				   const bool *result_nulls, TimestampTz now)
 {
+	bool	   *found = palloc(sizeof(bool) * n);
 	int64	   *idv = palloc(sizeof(int64) * n);
 	int64	   *tokv = palloc(sizeof(int64) * n);
 	bool	   *ok = palloc(sizeof(bool) * n);
@@ -1604,7 +1605,6 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 	int			nok;
 	int			m = 0;
 
-	memset(handled, 0, sizeof(bool) * n);
 	if (ring == NULL)
 	{
 		for (int i = 0; i < n; i++)
@@ -1624,7 +1624,7 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 	if (!any_in_flight(n, idv))
 		return 0;
 	maybe_truncate();
-	nok = close_claims(n, idv, tokv, handled, ok, fl, 0);
+	nok = close_claims(n, idv, tokv, found, ok, fl, 0);
 	if (nok == 0)
 		return 0;
 	cid = palloc(sizeof(int64) * nok);

@@ -19,8 +19,8 @@
 #include "utils/builtins.h"
 
 #define GAUGES_SELECT \
-	"SELECT q.queue_id, q.name, COALESCE(r.n, 0), COALESCE(s.n, 0), 0::bigint," \
-	"       COALESCE(d.n, 0), extract(epoch FROM $1 - r.oldest)::float8," \
+	"SELECT q.queue_id, q.name, COALESCE(r.n, 0), COALESCE(s.n, 0), COALESCE(d.n, 0)," \
+	"       extract(epoch FROM $1 - r.oldest)::float8," \
 	"       extract(epoch FROM s.next - $1)::float8" \
 	"  FROM pgjq.queue q"
 
@@ -67,13 +67,12 @@ pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueGauges **gau
 		g[r].name = TextDatumGetCString(pgjq_spi_get(r, 2, &isnull));
 		g[r].ready = DatumGetInt64(pgjq_spi_get(r, 3, &isnull));
 		g[r].scheduled = DatumGetInt64(pgjq_spi_get(r, 4, &isnull));
-		g[r].running = DatumGetInt64(pgjq_spi_get(r, 5, &isnull));
-		g[r].dead = DatumGetInt64(pgjq_spi_get(r, 6, &isnull));
-		d = pgjq_spi_get(r, 7, &isnull);
+		g[r].dead = DatumGetInt64(pgjq_spi_get(r, 5, &isnull));
+		d = pgjq_spi_get(r, 6, &isnull);
 		g[r].has_oldest_ready = !isnull;
 		if (!isnull)
 			g[r].oldest_ready_age = DatumGetFloat8(d);
-		d = pgjq_spi_get(r, 8, &isnull);
+		d = pgjq_spi_get(r, 7, &isnull);
 		g[r].has_next_scheduled = !isnull;
 		if (!isnull)
 			g[r].next_scheduled_in = DatumGetFloat8(d);
@@ -83,8 +82,9 @@ pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueGauges **gau
 			TimestampTz oldest;
 
 			pgjq_ring_counts(g[r].queue_id, true, &ready, &running, &oldest);
+			/* running jobs are the ring's only */
 			g[r].ready += ready;
-			g[r].running += running;
+			g[r].running = running;
 			if (oldest != 0)
 			{
 				double		age = (double) (now - oldest) / USECS_PER_SEC;
