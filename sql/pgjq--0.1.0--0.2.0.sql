@@ -375,3 +375,12 @@ REVOKE ALL ON pgjq.ring_body_0, pgjq.ring_body_1, pgjq.ring_body_2, pgjq.ring_bo
 GRANT EXECUTE ON FUNCTION pgjq._ring_job(bigint), pgjq._ring_counts(), pgjq._ring_reclaim(integer)
 	TO pgjq_admin;
 GRANT EXECUTE ON FUNCTION pgjq._ring_counts() TO pgjq_producer, pgjq_worker;
+
+/* wait_jobs(): request/response over a queue */
+CREATE FUNCTION pgjq.wait_jobs(ids bigint[], wait interval, "all" boolean DEFAULT true)
+RETURNS TABLE (id bigint, state text, attempt integer, result jsonb)
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_wait_jobs';
+COMMENT ON FUNCTION pgjq.wait_jobs(bigint[], interval, boolean) IS 'wait until every listed job (all => false: the first one) is completed, dead or cancelled, or the wait ends (capped by pgjq.max_wait); one row per id with what job(id) says then (state NULL: no such job)';
+REVOKE ALL ON FUNCTION pgjq.wait_jobs(bigint[], interval, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.wait_jobs(bigint[], interval, boolean) TO pgjq_producer, pgjq_worker, pgjq_admin;

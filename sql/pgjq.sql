@@ -579,6 +579,12 @@ AS $$
 $$;
 COMMENT ON FUNCTION pgjq.job(bigint) IS 'a job''s current state, attempts, last error and times, wherever it lives';
 
+CREATE FUNCTION pgjq.wait_jobs(ids bigint[], wait interval, "all" boolean DEFAULT true)
+RETURNS TABLE (id bigint, state text, attempt integer, result jsonb)
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_wait_jobs';
+COMMENT ON FUNCTION pgjq.wait_jobs(bigint[], interval, boolean) IS 'wait until every listed job (all => false: the first one) is completed, dead or cancelled, or the wait ends (capped by pgjq.max_wait); one row per id with what job(id) says then (state NULL: no such job)';
+
 /*
  * Who holds back the xmin horizon (the oldest transaction vacuum must keep
  * rows for) and for how long: a session, a prepared transaction or a
@@ -713,7 +719,8 @@ GRANT EXECUTE ON FUNCTION
 	pgjq.cancel(bigint),
 	pgjq.cancel_many(bigint[]),
 	pgjq.cancel_key(text, text),
-	pgjq.job(bigint)
+	pgjq.job(bigint),
+	pgjq.wait_jobs(bigint[], interval, boolean)
 TO pgjq_producer;
 
 GRANT EXECUTE ON FUNCTION
@@ -725,7 +732,8 @@ GRANT EXECUTE ON FUNCTION
 	pgjq.fail(bigint, bigint, text, interval),
 	pgjq.heartbeat(bigint, bigint, interval),
 	pgjq.snooze(bigint, bigint, interval),
-	pgjq.job(bigint)
+	pgjq.job(bigint),
+	pgjq.wait_jobs(bigint[], interval, boolean)
 TO pgjq_worker;
 GRANT EXECUTE ON PROCEDURE pgjq.await(text[], interval) TO pgjq_worker;
 GRANT EXECUTE ON FUNCTION pgjq._await_ids(text[]), pgjq._await_ready(integer[]) TO pgjq_worker;

@@ -1464,14 +1464,6 @@ any_in_flight(int n, const int64 *ids)
 }
 
 /* results ($8) is NULL when the call gave none for the queue's jobs: no byte */
-static PgjqPlan plan_done = {
-	"INSERT INTO pgjq.job_done (queue_id, finished_at, min_id, max_id, ids, attempts, enqueued_at,"
-	"                           results)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-	8, {INT4OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID,
-	JSONBARRAYOID}
-};
-
 static bool tables_known(void);
 static bool body_by_id(int64 id, BodyRow *out, int *slot, ItemPointerData *tid, bool latest);
 
@@ -1566,6 +1558,7 @@ history_one(const BodyRow *b, char state, int32 attempt, int64 token, const char
 	nulls[13] = b->dedup_key ? ' ' : 'n';
 	pgjq_history_ensure(now);
 	pgjq_spi_run(&plan_history_one, values, nulls, 0);
+	pgjq_wait_note_finished(b->id);
 	if (b->dedup_key)
 		anchors_end(1, &b->id);
 	if (pgjq_jobs_finished_hook)
@@ -1677,8 +1670,8 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 		int32		qid;
 		int64		lo = PG_INT64_MAX,
 					hi = PG_INT64_MIN;
-		Datum		values[8];
-		char		nulls[9] = "        ";
+		Datum		values[PGJQ_DONE_NATTS];
+		bool		nulls[PGJQ_DONE_NATTS] = {false};
 		uint64	   *kh;
 
 		if (!ok[i])
@@ -1722,8 +1715,10 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 														   false, TYPALIGN_INT));
 		}
 		else
-			nulls[7] = 'n';
-		pgjq_spi_run(&plan_done, values, nulls, 0);
+			nulls[7] = true;
+		pgjq_history_insert_done(values, nulls);
+		for (int k = 0; k < c; k++)
+			pgjq_wait_note_finished(DatumGetInt64(di[k]));
 		if (pgjq_jobs_finished_hook)
 			pgjq_jobs_finished_hook(qid, PGJQ_FINISHED_COMPLETED, c);
 
@@ -2619,6 +2614,9 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 				log_closes('x', GetCurrentTimestamp(), m, rid, rtok);
 		}
 	}
+	/* its jobs ended or vanished: wait_jobs() callers look again */
+	if (*nready > 0 || nrun > 0)
+		pgjq_wait_note_finished(0);
 	return running;
 }
 

@@ -233,6 +233,8 @@ extern int	pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueG
 
 /* storage_history.c */
 extern void pgjq_history_ensure(TimestampTz ts);
+#define PGJQ_DONE_NATTS 8
+extern void pgjq_history_insert_done(const Datum *values, const bool *nulls);
 extern void pgjq_history_prepare(TimestampTz now);
 extern int64 pgjq_history_summarize(TimestampTz now);
 extern int	pgjq_history_prune_one(TimestampTz now, int skip, int64 *pruned);

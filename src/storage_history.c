@@ -51,6 +51,9 @@
 
 #include "access/brin.h"
 #include "access/genam.h"
+#include "access/heapam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
 #include "access/table.h"
 #include "catalog/pg_am_d.h"
 #include "access/xlog.h"
@@ -230,6 +233,108 @@ void
 pgjq_history_ensure(TimestampTz ts)
 {
 	ensure(ts, false);
+}
+
+/* job_done's columns, in the order pgjq_history_insert_done takes them */
+static const char *const done_cols[PGJQ_DONE_NATTS] = {
+	"queue_id", "finished_at", "min_id", "max_id", "ids", "attempts", "enqueued_at", "results"
+};
+
+/*
+ * One job_done row (values and nulls in done_cols' order), inserted straight
+ * into the partition of its hour and that partition's indexes.  Through SPI,
+ * an INSERT into the partitioned parent was more than half of a complete()
+ * call's CPU (executor start-up and tuple routing, at every call).  The
+ * parent is locked as an INSERT would lock it (RowExclusiveLock), so a
+ * partition drop waits for this transaction, as it did for the INSERT.
+ */
+void
+pgjq_history_insert_done(const Datum *values, const bool *nulls)
+{
+	TimestampTz finished_at = DatumGetTimestampTz(values[1]);
+	TimestampTz lo = hour_start(finished_at);
+	char		name[NAMEDATALEN];
+	Oid			parent = pgjq_relation("job_done");
+	Oid			relid;
+	Relation	rel;
+	TupleDesc	desc;
+	Datum	   *v;
+	bool	   *n;
+	HeapTuple	tup;
+	List	   *idxoids;
+	ListCell   *lc;
+
+	if (!OidIsValid(parent))
+		elog(ERROR, "pgjq: table pgjq.job_done is missing");
+	LockRelationOid(parent, RowExclusiveLock);
+	partition_name("job_done", lo, name, sizeof(name));
+	relid = pgjq_relation(name);
+	if (!OidIsValid(relid))
+	{
+		ensure(finished_at, false);
+		relid = pgjq_relation(name);
+		if (!OidIsValid(relid))
+			elog(ERROR, "pgjq: partition pgjq.%s is missing", name);
+	}
+	rel = table_open(relid, RowExclusiveLock);
+	desc = RelationGetDescr(rel);
+	v = palloc0(sizeof(Datum) * desc->natts);
+	n = palloc(sizeof(bool) * desc->natts);
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		int			c;
+
+		n[a] = true;
+		if (att->attisdropped)
+			continue;
+		for (c = 0; c < PGJQ_DONE_NATTS; c++)
+			if (strcmp(NameStr(att->attname), done_cols[c]) == 0)
+				break;
+		if (c == PGJQ_DONE_NATTS)
+		{
+			if (!att->attnotnull)
+				continue;
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table pgjq.%s has an unknown column \"%s\"",
+							name, NameStr(att->attname)),
+					 errhint("Update or recreate the extension pgjq.")));
+		}
+		v[a] = values[c];
+		n[a] = nulls[c];
+	}
+	tup = heap_form_tuple(desc, v, n);
+	heap_insert(rel, tup, GetCurrentCommandId(true), 0, NULL);
+
+	/* its indexes: the BRIN on (min_id, max_id) that create_partition gives */
+	idxoids = RelationGetIndexList(rel);
+	foreach(lc, idxoids)
+	{
+		Relation	idx = index_open(lfirst_oid(lc), RowExclusiveLock);
+		IndexInfo  *ii = BuildIndexInfo(idx);
+		Datum		iv[INDEX_MAX_KEYS];
+		bool		in[INDEX_MAX_KEYS];
+
+		if (ii->ii_Expressions != NIL || ii->ii_Predicate != NIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("an index with expressions or a predicate on %s is not supported",
+							name)));
+		for (int k = 0; k < ii->ii_NumIndexAttrs; k++)
+		{
+			AttrNumber	at = ii->ii_IndexAttrNumbers[k];
+
+			iv[k] = v[at - 1];
+			in[k] = n[at - 1];
+		}
+		index_insert(idx, iv, in, &tup->t_self, rel,
+					 idx->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false, ii);
+		index_close(idx, NoLock);
+	}
+	list_free(idxoids);
+	heap_freetuple(tup);
+	table_close(rel, NoLock);
 }
 
 /* Try to take a lock without waiting, a few times over ~100 ms. */

@@ -14,6 +14,7 @@
  *-------------------------------------------------------------------------
  */
 #include "storage_internal.h"
+#include "limits.h"
 
 #include "commands/sequence.h"
 #include "miscadmin.h"
@@ -358,6 +359,7 @@ pgjq_storage_cancel(int64 id, TimestampTz now)
 	if (SPI_processed > 0)
 	{
 		report_finished_at(1);
+		pgjq_wait_note_finished(id);
 		return PGJQ_CANCEL_DONE;
 	}
 	return PGJQ_CANCEL_NOT_FOUND;

@@ -22,8 +22,18 @@
  *-------------------------------------------------------------------------
  */
 #include "storage_internal.h"
+#include "limits.h"
 
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "executor/tuptable.h"
 #include "storage/sinval.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 
@@ -36,14 +46,6 @@
 
 /* field4 of the lock tag, apart from user advisory locks (which use 1 and 2) */
 #define PGJQ_LOCKTAG_QUEUE	0x706A
-
-static PgjqPlan plan_get = {
-	"SELECT queue_id, lease, max_attempts, backoff_base, backoff_max, retention, paused,"
-	"       coalesce(concurrency, 0), coalesce(key_concurrency, 0), coalesce(rate, 0),"
-	"       coalesce(burst, 0)"
-	"  FROM pgjq.queue WHERE name = $1",
-	1, {TEXTOID}
-};
 
 static PgjqPlan plan_insert = {
 	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention,"
@@ -166,19 +168,148 @@ queue_changed(void)
 	CacheInvalidateRelcacheByRelid(pgjq_relation("queue"));
 }
 
+/*
+ * pgjq.queue's columns as read by queue_read, looked up by name once per
+ * backend (and again if the table is a different one), and its unique
+ * index on name.
+ */
+enum
+{
+	QC_QUEUE_ID, QC_NAME, QC_LEASE, QC_MAX_ATTEMPTS, QC_BACKOFF_BASE, QC_BACKOFF_MAX,
+	QC_RETENTION, QC_CONCURRENCY, QC_KEY_CONCURRENCY, QC_RATE, QC_BURST, QC_PAUSED, QC_N
+};
+static const char *const queue_cols[QC_N] = {
+	"queue_id", "name", "lease", "max_attempts", "backoff_base", "backoff_max",
+	"retention", "concurrency", "key_concurrency", "rate", "burst", "paused"
+};
+static Oid	queue_layout_relid = InvalidOid;
+static AttrNumber queue_attno[QC_N];
+static Oid	queue_name_index = InvalidOid;
+
+static void
+queue_layout(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	List	   *indexes;
+	ListCell   *lc;
+
+	if (queue_layout_relid == RelationGetRelid(rel))
+		return;
+	for (int c = 0; c < QC_N; c++)
+	{
+		queue_attno[c] = InvalidAttrNumber;
+		for (int a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), queue_cols[c]) == 0)
+				queue_attno[c] = att->attnum;
+		}
+		if (queue_attno[c] == InvalidAttrNumber)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table pgjq.queue has no column \"%s\"", queue_cols[c]),
+					 errhint("Update or recreate the extension pgjq.")));
+	}
+	queue_name_index = InvalidOid;
+	indexes = RelationGetIndexList(rel);
+	foreach(lc, indexes)
+	{
+		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
+
+		if (idx->rd_index->indisunique && idx->rd_index->indnatts == 1 &&
+			idx->rd_index->indkey.values[0] == queue_attno[QC_NAME])
+			queue_name_index = RelationGetRelid(idx);
+		index_close(idx, AccessShareLock);
+	}
+	list_free(indexes);
+	if (!OidIsValid(queue_name_index))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table pgjq.queue has no unique index on name"),
+				 errhint("Update or recreate the extension pgjq.")));
+	queue_layout_relid = RelationGetRelid(rel);
+}
+
+static int32
+int_col(TupleTableSlot *slot, int c)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, queue_attno[c], &isnull);
+
+	return isnull ? 0 : DatumGetInt32(d);
+}
+
+static double
+float_col(TupleTableSlot *slot, int c)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, queue_attno[c], &isnull);
+
+	return isnull ? 0 : DatumGetFloat8(d);
+}
+
 static int64
-interval_col(int col)
+interval_col(TupleTableSlot *slot, int c)
 {
 	bool		isnull;
 
-	return pgjq_interval_usec(DatumGetIntervalP(pgjq_spi_get(0, col, &isnull)));
+	return pgjq_interval_usec(DatumGetIntervalP(slot_getattr(slot, queue_attno[c], &isnull)));
+}
+
+/*
+ * The queue row by name, read from pgjq.queue's name index directly.  As an
+ * SPI query its parse and plan were half of a backend's first claim (twenty
+ * workers starting at once pay that together: bench D1).  The snapshot is
+ * the one a read-write SPI statement takes (fresh under READ COMMITTED), and
+ * the lock is kept to the end of the transaction, as a query's would be.
+ */
+static bool
+queue_read(const char *name, PgjqQueue *queue)
+{
+	Relation	rel = table_open(pgjq_relation("queue"), AccessShareLock);
+	Relation	idx;
+	ScanKeyData key;
+	Snapshot	snap;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	bool		found;
+	bool		isnull;
+
+	queue_layout(rel);
+	idx = index_open(queue_name_index, AccessShareLock);
+	snap = RegisterSnapshot(GetTransactionSnapshot());
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   idx->rd_indcollation[0], F_TEXTEQ, CStringGetTextDatum(name));
+	slot = table_slot_create(rel, NULL);
+	scan = index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (found)
+	{
+		queue->queue_id = int_col(slot, QC_QUEUE_ID);
+		queue->lease_us = interval_col(slot, QC_LEASE);
+		queue->max_attempts = int_col(slot, QC_MAX_ATTEMPTS);
+		queue->backoff_base_us = interval_col(slot, QC_BACKOFF_BASE);
+		queue->backoff_max_us = interval_col(slot, QC_BACKOFF_MAX);
+		queue->retention_us = interval_col(slot, QC_RETENTION);
+		queue->paused = DatumGetBool(slot_getattr(slot, queue_attno[QC_PAUSED], &isnull));
+		queue->concurrency = int_col(slot, QC_CONCURRENCY);
+		queue->key_concurrency = int_col(slot, QC_KEY_CONCURRENCY);
+		queue->rate = float_col(slot, QC_RATE);
+		queue->burst = int_col(slot, QC_BURST);
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+	return found;
 }
 
 bool
 pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
 {
-	Datum		values[1];
-	bool		isnull;
 	HTAB	   *cache = queue_cache_get();
 	CachedQueue *e;
 
@@ -190,22 +321,8 @@ pgjq_storage_queue_get(const char *name, PgjqQueue *queue)
 		*queue = e->queue;
 		return true;
 	}
-
-	values[0] = CStringGetTextDatum(name);
-	pgjq_spi_run(&plan_get, values, NULL, 1);
-	if (SPI_processed == 0)
+	if (!queue_read(name, queue))
 		return false;
-	queue->queue_id = DatumGetInt32(pgjq_spi_get(0, 1, &isnull));
-	queue->lease_us = interval_col(2);
-	queue->max_attempts = DatumGetInt32(pgjq_spi_get(0, 3, &isnull));
-	queue->backoff_base_us = interval_col(4);
-	queue->backoff_max_us = interval_col(5);
-	queue->retention_us = interval_col(6);
-	queue->paused = DatumGetBool(pgjq_spi_get(0, 7, &isnull));
-	queue->concurrency = DatumGetInt32(pgjq_spi_get(0, 8, &isnull));
-	queue->key_concurrency = DatumGetInt32(pgjq_spi_get(0, 9, &isnull));
-	queue->rate = DatumGetFloat8(pgjq_spi_get(0, 10, &isnull));
-	queue->burst = DatumGetInt32(pgjq_spi_get(0, 11, &isnull));
 	/* cache it unless an invalidation arrived while we read it */
 	if (!queue_cache_stale)
 	{
@@ -298,6 +415,9 @@ pgjq_storage_queue_delete(int32 queue_id)
 	Datum		values[1] = {Int32GetDatum(queue_id)};
 
 	pgjq_spi_run(&plan_delete_jobs, values, NULL, 0);
+	/* its jobs are gone: wait_jobs() callers look again */
+	if (SPI_processed > 0)
+		pgjq_wait_note_finished(0);
 	pgjq_spi_run(&plan_delete, values, NULL, 0);
 	queue_changed();
 }
@@ -308,5 +428,7 @@ pgjq_storage_queue_purge(int32 queue_id)
 	Datum		values[1] = {Int32GetDatum(queue_id)};
 
 	pgjq_spi_run(&plan_purge, values, NULL, 0);
+	if (SPI_processed > 0)
+		pgjq_wait_note_finished(0);
 	return (int64) SPI_processed;
 }

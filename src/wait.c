@@ -41,6 +41,7 @@
 
 #include "access/twophase.h"
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -59,6 +60,8 @@
 #define MY_PROCNO	(MyProc->pgprocno)
 #endif
 
+#define JOBMASK_WORDS	4		/* 256 bits: id hash -> bit */
+
 typedef struct Waiter
 {
 	Oid			dboid;
@@ -68,6 +71,9 @@ typedef struct Waiter
 	uint32		woken;			/* wake-ups held: bit i for queue_ids[i] */
 	uint64		seq;
 	int32		queue_ids[PGJQ_WAIT_MAX_QUEUES];
+	/* wait_jobs(): waiting for jobs whose id hashes to a bit of jobmask */
+	bool		jobs_waiting;
+	uint64		jobmask[JOBMASK_WORDS];
 } Waiter;
 
 StaticAssertDecl(PGJQ_WAIT_MAX_QUEUES <= 32, "Waiter.woken has one bit per queue");
@@ -76,6 +82,7 @@ typedef struct WaitShared
 {
 	LWLock	   *lock;
 	pg_atomic_uint32 nwaiting;
+	pg_atomic_uint32 njobwaiting;	/* wait_jobs() callers */
 	uint64		next_seq;
 	int			nslots;
 	Waiter		waiters[FLEXIBLE_ARRAY_MEMBER];
@@ -104,6 +111,14 @@ static int	nnotes = 0;
 static int	maxnotes = 0;
 static bool callback_registered = false;
 static bool committed = false;	/* commit notes wait for the invalidations */
+
+/* jobs this transaction finished (their id bits), for wait_jobs() callers */
+static uint64 finished_mask[JOBMASK_WORDS];
+static bool finished_any = false;
+static bool jobs_registered = false;
+
+static void register_callbacks(void);
+static void wake_job_waiters(void);
 
 static PgjqBecameReadyHook prev_became_ready_hook = NULL;
 
@@ -136,6 +151,7 @@ pgjq_wait_shmem_init(bool found_unused)
 		memset(wshared, 0, pgjq_wait_shmem_size());
 		wshared->lock = &(GetNamedLWLockTranche("pgjq"))[2].lock;
 		pg_atomic_init_u32(&wshared->nwaiting, 0);
+		pg_atomic_init_u32(&wshared->njobwaiting, 0);
 		wshared->nslots = slot_count();
 	}
 }
@@ -395,16 +411,22 @@ wait_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_PRE_PREPARE:
 
-			/*
-			 * COMMIT PREPARED happens elsewhere: the wake-ups would be lost.
-			 * A claim that took nothing leaves a note of zero: no matter.
-			 */
-			for (int i = 0; i < nnotes; i++)
-				if (notes[i].n > 0)
+			{
+				/*
+				 * COMMIT PREPARED happens elsewhere: the wake-ups would be
+				 * lost.  A claim that took nothing leaves a note of zero: no
+				 * matter.
+				 */
+				bool		refuse = finished_any;
+
+				for (int i = 0; i < nnotes; i++)
+					refuse |= notes[i].n > 0;
+				if (refuse)
 					ereport(ERROR,
 							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 							 errmsg("cannot PREPARE a transaction that has enqueued, claimed or finished pgjq jobs"),
-							 errdetail("pgjq wakes waiting claims at commit, which two-phase commit does not support.")));
+							 errdetail("pgjq wakes waiting claims and wait_jobs() callers at commit, which two-phase commit does not support.")));
+			}
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
@@ -412,10 +434,12 @@ wait_xact_callback(XactEvent event, void *arg)
 			wake_notes(true, 0);
 			nnotes = 0;
 			committed = false;
+			finished_any = false;
 			break;
 		case XACT_EVENT_PREPARE:
 			nnotes = 0;
 			committed = false;
+			finished_any = false;
 			break;
 		default:
 			break;
@@ -435,6 +459,8 @@ wait_resource_callback(ResourceReleasePhase phase, bool isCommit, bool isTopLeve
 	committed = false;
 	wake_notes(false, 0);
 	nnotes = 0;
+	if (finished_any)
+		wake_job_waiters();
 }
 
 static void
@@ -459,19 +485,24 @@ wait_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 static void
+register_callbacks(void)
+{
+	if (callback_registered)
+		return;
+	RegisterXactCallback(wait_xact_callback, NULL);
+	RegisterSubXactCallback(wait_subxact_callback, NULL);
+	RegisterResourceReleaseCallback(wait_resource_callback, NULL);
+	callback_registered = true;
+}
+
+static void
 add_note(int32 queue_id, bool at_abort, int64 n)
 {
 	int			level = at_abort ? GetCurrentTransactionNestLevel() : 0;
 
 	if (wshared == NULL || n == 0)
 		return;
-	if (!callback_registered)
-	{
-		RegisterXactCallback(wait_xact_callback, NULL);
-		RegisterSubXactCallback(wait_subxact_callback, NULL);
-		RegisterResourceReleaseCallback(wait_resource_callback, NULL);
-		callback_registered = true;
-	}
+	register_callbacks();
 	for (int i = 0; i < nnotes; i++)
 		if (notes[i].queue_id == queue_id && notes[i].at_abort == at_abort &&
 			notes[i].level == level)
@@ -517,4 +548,130 @@ void
 pgjq_wait_note_claimed(int32 queue_id, int n)
 {
 	add_note(queue_id, true, n);
+}
+
+/* ---------------------------------------------------------------------
+ * wait_jobs(): waiting for given jobs to finish
+ *
+ * A waiter publishes a 256-bit mask of its jobs' ids (hashed); a
+ * transaction that finishes jobs (completes them, or ends them dead or
+ * cancelled) collects their bits and, once its commit is visible, sets the
+ * latch of every wait_jobs() caller of the database whose mask shares a bit.
+ * A shared bit may be another job's (a spurious wake-up costs the waiter a
+ * look at its jobs, nothing else).  With no wait_jobs() caller anywhere a
+ * finishing commit reads one atomic counter and stops.
+ * --------------------------------------------------------------------- */
+
+static inline void
+job_bit(uint64 *mask, int64 id)
+{
+	uint64		h = hash_bytes_uint32_extended((uint32) id, (uint64) (id >> 32));
+
+	mask[(h >> 6) % JOBMASK_WORDS] |= UINT64CONST(1) << (h & 63);
+}
+
+/*
+ * This transaction finishes job `id` (0: jobs it cannot name, such as those
+ * of a dropped queue: every wait_jobs() caller looks again).  Kept if a
+ * subtransaction aborts: a spurious wake-up is harmless.
+ */
+void
+pgjq_wait_note_finished(int64 id)
+{
+	if (wshared == NULL)
+		return;
+	register_callbacks();
+	if (!finished_any)
+		memset(finished_mask, 0, sizeof(finished_mask));
+	finished_any = true;
+	if (id == 0)
+		memset(finished_mask, 0xFF, sizeof(finished_mask));
+	else
+		job_bit(finished_mask, id);
+}
+
+static void
+wake_job_waiters(void)
+{
+	finished_any = false;
+	if (pg_atomic_read_u32(&wshared->njobwaiting) == 0)
+		return;
+	LWLockAcquire(wshared->lock, LW_SHARED);
+	for (int i = 0; i < wshared->nslots; i++)
+	{
+		Waiter	   *w = &wshared->waiters[i];
+		bool		hit = false;
+
+		if (!w->jobs_waiting || w->dboid != MyDatabaseId)
+			continue;
+		for (int k = 0; k < JOBMASK_WORDS && !hit; k++)
+			hit = (w->jobmask[k] & finished_mask[k]) != 0;
+		if (hit)
+			SetLatch(&GetPGProcByNumber(i)->procLatch);
+	}
+	LWLockRelease(wshared->lock);
+}
+
+static void
+on_exit_jobs_unregister(int code, Datum arg)
+{
+	pgjq_wait_jobs_unregister();
+}
+
+/*
+ * Register this backend as waiting for the jobs (before it first looks at
+ * them, so that a commit in between sets its latch).  Caller must call
+ * pgjq_wait_jobs_unregister() on every exit path.
+ */
+void
+pgjq_wait_jobs_register(int n, const int64 *ids)
+{
+	static bool hook_set = false;
+	uint64		mask[JOBMASK_WORDS] = {0};
+	Waiter	   *w;
+
+	if (!hook_set)
+	{
+		before_shmem_exit(on_exit_jobs_unregister, (Datum) 0);
+		hook_set = true;
+	}
+	for (int i = 0; i < n; i++)
+		job_bit(mask, ids[i]);
+	w = my_waiter();
+	LWLockAcquire(wshared->lock, LW_EXCLUSIVE);
+	w->dboid = MyDatabaseId;
+	memcpy(w->jobmask, mask, sizeof(mask));
+	w->jobs_waiting = true;
+	if (!jobs_registered)
+		pg_atomic_fetch_add_u32(&wshared->njobwaiting, 1);
+	jobs_registered = true;
+	LWLockRelease(wshared->lock);
+}
+
+void
+pgjq_wait_jobs_unregister(void)
+{
+	Waiter	   *w;
+
+	if (!jobs_registered || wshared == NULL)
+		return;
+	w = my_waiter();
+	LWLockAcquire(wshared->lock, LW_EXCLUSIVE);
+	w->jobs_waiting = false;
+	pg_atomic_fetch_sub_u32(&wshared->njobwaiting, 1);
+	jobs_registered = false;
+	LWLockRelease(wshared->lock);
+}
+
+/* Sleep until `until`, a wake-up, or an interrupt (which raises here). */
+void
+pgjq_wait_jobs_sleep(TimestampTz until)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (until > now)
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 (long) ((until - now + 999) / 1000), PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
 }

@@ -64,8 +64,9 @@ SELECT set_eq(
 		'pgjq.cancel(bigint)',
 		'pgjq.cancel_many(bigint[])',
 		'pgjq.cancel_key(text,text)',
-		'pgjq.job(bigint)'],
-	'pgjq_producer can execute enqueue, enqueue_many, cancel (one, many, by key) and job, nothing else');
+		'pgjq.job(bigint)',
+		'pgjq.wait_jobs(bigint[],interval,boolean)'],
+	'pgjq_producer can execute enqueue, enqueue_many, cancel (one, many, by key), job and wait_jobs, nothing else');
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pgjq_worker')$$,
 	ARRAY[
@@ -78,8 +79,9 @@ SELECT set_eq(
 		'pgjq.fail(bigint,bigint,text,interval)',
 		'pgjq.heartbeat(bigint,bigint,interval)',
 		'pgjq.snooze(bigint,bigint,interval)',
-		'pgjq.job(bigint)'],
-	'pgjq_worker can execute claim (both forms), await, complete (both forms), complete_and_claim, fail, heartbeat, snooze and job, nothing else');
+		'pgjq.job(bigint)',
+		'pgjq.wait_jobs(bigint[],interval,boolean)'],
+	'pgjq_worker can execute claim (both forms), await, complete (both forms), complete_and_claim, fail, heartbeat, snooze, job and wait_jobs, nothing else');
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pgjq_admin')$$,
 	$$SELECT p.oid::regprocedure::text FROM pg_proc p

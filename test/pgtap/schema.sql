@@ -58,6 +58,7 @@ SELECT set_eq(
 		('prune() -> bigint'),
 		('maintain(OUT promoted bigint, OUT rescued bigint, OUT pruned bigint) -> record'),
 		('job(id bigint) -> SETOF pgjq.job_info'),
+		('wait_jobs(ids bigint[], wait interval, "all" boolean) -> TABLE(id bigint, state text, attempt integer, result jsonb)'),
 		('health(OUT horizon_holder text, OUT horizon_xid xid, OUT horizon_age_xacts bigint, OUT horizon_age_seconds double precision, OUT horizon_held_since timestamp with time zone, OUT pid integer, OUT backend_type text, OUT usename text, OUT application_name text, OUT state text, OUT xact_start timestamp with time zone, OUT query_start timestamp with time zone, OUT slot_name text, OUT gid text) -> record'),
 		('verify(OUT area text, OUT object text, OUT expected text, OUT found text) -> SETOF record'),
 		('metrics(queue text, OUT name text, OUT labels jsonb, OUT value double precision) -> SETOF record'),
@@ -87,6 +88,7 @@ SELECT lives_ok($$PREPARE named_args AS
 		   pgjq.snooze(id => 1, token => 1, delay => '1 s'),
 		   pgjq.cancel(id => 1), pgjq.retry_dead(queue => 'x', ids => ARRAY[1::bigint]),
 		   pgjq.promote(), pgjq.rescue(), pgjq.prune(), pgjq.maintain(), pgjq.job(id => 1),
+		   (SELECT count(*) FROM pgjq.wait_jobs(ids => ARRAY[1::bigint], wait => '1 s', "all" => false)),
 		   (SELECT count(*) FROM pgjq.list_queues()), (SELECT count(*) FROM pgjq.metrics(queue => 'x')),
 		   pgjq.metrics_prometheus(queue => 'x')$$,
 	'every function can be called with named arguments');
@@ -99,6 +101,7 @@ SELECT lives_ok($$PREPARE short_args AS
 		   pgjq.enqueue('x'), pgjq.enqueue('x', '{}', priority => 5),
 		   pgjq.enqueue_many('x', ARRAY['{}'::jsonb]), pgjq.claim('x'), pgjq.claim(ARRAY['x', 'y']),
 		   pgjq.fail(1, 1), pgjq.heartbeat(1, 1), pgjq.retry_dead('x'),
+		   (SELECT count(*) FROM pgjq.wait_jobs(ARRAY[1::bigint], '1 s')),
 		   (SELECT count(*) FROM pgjq.metrics()), pgjq.metrics_prometheus()$$,
 	'optional arguments can be left out');
 DEALLOCATE short_args;

@@ -33,6 +33,7 @@ use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 use POSIX ();
 use Time::HiRes qw(time usleep);
 use FindBin;
@@ -263,6 +264,26 @@ for my $name (@names)
 		$logs{$name},
 		qr/prepared statement|Traceback|Error:|connection lost|connection error|failed|lost$/m,
 		"$name worker logged no error");
+}
+
+# ------------------------------------------------------------ request/response
+
+# examples/request_response.sh through PgBouncer: enqueue, then wait_jobs(),
+# woken by the commit of whichever worker completes the job.
+{
+	my @rr = ('bash', "$examples/request_response.sh", 'd', '{"sleep": 0.2}',
+		'-h', $sockdir, '-p', $bport, '-d', 'postgres', '-U', $user);
+	my $t0 = time;
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run(\@rr, '>', \$out, '2>', \$err);
+	my $took = time - $t0;
+	chomp $out;
+	ok($ok, 'request_response.sh exits 0 (the job completed)') or diag "$out $err";
+	like($out, qr/^\d+\|completed\|1\|$/, "request_response.sh reports the completion ($out)");
+	cmp_ok($took, '<', 10, 'it returned on the completion, not at the end of its wait');
+	my ($id) = $out =~ /^(\d+)/;
+	is( $node_pg->safe_psql('postgres', "SELECT state FROM pgjq.job(" . ($id // 0) . ")"),
+		'completed', 'job(id) agrees');
 }
 
 # ------------------------------------------------------------ SIGTERM
