@@ -3,7 +3,7 @@
 -- returns at once when the jobs have finished (all of them, or with
 -- all => false the first one), else when the wait ends, with what is known
 -- then.  Bad arguments are refused with their name.  Wake-ups by another
--- session's commit: test/specs/wait_jobs.spec.
+-- session's commit: test/specs/wait_jobs_wake.spec.
 --
 \set VERBOSITY terse
 
