@@ -230,7 +230,8 @@ CREATE TABLE pgjq.ring_log_0 (
 	at				timestamptz NOT NULL,	/* 'c', 'h': lease end; else: when */
 	kind			"char" NOT NULL CHECK (kind IN ('c', 'h', 'q', 'd', 'f', 'x')),
 	ids				bigint[] NOT NULL,
-	worker			text	/* 'c': claim's worker argument; NULL costs no byte */
+	worker			text,	/* 'c': claim's worker argument; NULL costs no byte */
+	deadline		timestamptz	/* 'c': the jobs' execution deadline (queue timeout); NULL: none */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_log_1 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_log_2 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -384,3 +385,73 @@ AS 'MODULE_PATHNAME', 'pgjq_wait_jobs';
 COMMENT ON FUNCTION pgjq.wait_jobs(bigint[], interval, boolean) IS 'wait until every listed job (all => false: the first one) is completed, dead or cancelled, or the wait ends (capped by pgjq.max_wait); one row per id with what job(id) says then (state NULL: no such job)';
 REVOKE ALL ON FUNCTION pgjq.wait_jobs(bigint[], interval, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgjq.wait_jobs(bigint[], interval, boolean) TO pgjq_producer, pgjq_worker, pgjq_admin;
+
+/* a queue's execution deadline (timeout): a column, and the settings functions take it */
+ALTER TABLE pgjq.queue ADD COLUMN timeout interval;
+DROP FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer);
+DROP FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer);
+DROP FUNCTION pgjq.list_queues();
+CREATE FUNCTION pgjq.create_queue(
+	queue text,
+	lease interval DEFAULT '30 seconds',
+	max_attempts integer DEFAULT 20,
+	backoff_base interval DEFAULT '1 second',
+	backoff_max interval DEFAULT NULL,
+	retention interval DEFAULT '1 day',
+	concurrency integer DEFAULT NULL,
+	key_concurrency integer DEFAULT NULL,
+	rate double precision DEFAULT NULL,
+	burst integer DEFAULT NULL,
+	timeout interval DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_create_queue';
+COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval) IS 'create a queue (backoff_max defaults to the larger of 1 hour and backoff_base)';
+
+CREATE FUNCTION pgjq.alter_queue(
+	queue text,
+	lease interval DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	backoff_base interval DEFAULT NULL,
+	backoff_max interval DEFAULT NULL,
+	retention interval DEFAULT NULL,
+	concurrency integer DEFAULT NULL,
+	key_concurrency integer DEFAULT NULL,
+	rate double precision DEFAULT NULL,
+	burst integer DEFAULT NULL,
+	timeout interval DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_alter_queue';
+COMMENT ON FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval) IS 'change a queue''s settings; NULL leaves a setting unchanged, 0 removes a limit';
+
+CREATE FUNCTION pgjq.list_queues(
+	OUT queue text,
+	OUT lease interval,
+	OUT max_attempts integer,
+	OUT backoff_base interval,
+	OUT backoff_max interval,
+	OUT retention interval,
+	OUT concurrency integer,
+	OUT key_concurrency integer,
+	OUT rate double precision,
+	OUT burst integer,
+	OUT paused boolean,
+	OUT created_at timestamptz,
+	OUT timeout interval)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT q.name, q.lease, q.max_attempts, q.backoff_base, q.backoff_max,
+		   q.retention, q.concurrency, q.key_concurrency, q.rate, q.burst,
+		   q.paused, q.created_at, q.timeout
+	  FROM pgjq.queue q
+	 ORDER BY q.name
+$$;
+COMMENT ON FUNCTION pgjq.list_queues() IS 'every queue and its settings';
+REVOKE ALL ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval),
+	pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval),
+	pgjq.list_queues() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval),
+	pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval),
+	pgjq.list_queues() TO pgjq_admin;

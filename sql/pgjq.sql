@@ -57,7 +57,8 @@ CREATE TABLE pgjq.queue (
 	rate			double precision,
 	burst			integer,
 	paused			boolean NOT NULL DEFAULT false,
-	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now()
+	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	timeout			interval	/* a job's execution deadline from its claim; NULL: none */
 );
 COMMENT ON TABLE pgjq.queue IS 'one row per queue and its settings (private: use the pgjq functions)';
 
@@ -225,7 +226,8 @@ CREATE TABLE pgjq.ring_log_0 (
 	at				timestamptz NOT NULL,	/* 'c', 'h': lease end; else: when */
 	kind			"char" NOT NULL CHECK (kind IN ('c', 'h', 'q', 'd', 'f', 'x')),
 	ids				bigint[] NOT NULL,
-	worker			text	/* 'c': claim's worker argument; NULL costs no byte */
+	worker			text,	/* 'c': claim's worker argument; NULL costs no byte */
+	deadline		timestamptz	/* 'c': the jobs' execution deadline (queue timeout); NULL: none */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_log_1 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_log_2 (LIKE pgjq.ring_log_0 INCLUDING CONSTRAINTS) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -267,11 +269,12 @@ CREATE FUNCTION pgjq.create_queue(
 	concurrency integer DEFAULT NULL,
 	key_concurrency integer DEFAULT NULL,
 	rate double precision DEFAULT NULL,
-	burst integer DEFAULT NULL)
+	burst integer DEFAULT NULL,
+	timeout interval DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_create_queue';
-COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer) IS 'create a queue (backoff_max defaults to the larger of 1 hour and backoff_base)';
+COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval) IS 'create a queue (backoff_max defaults to the larger of 1 hour and backoff_base)';
 
 CREATE FUNCTION pgjq.alter_queue(
 	queue text,
@@ -283,11 +286,12 @@ CREATE FUNCTION pgjq.alter_queue(
 	concurrency integer DEFAULT NULL,
 	key_concurrency integer DEFAULT NULL,
 	rate double precision DEFAULT NULL,
-	burst integer DEFAULT NULL)
+	burst integer DEFAULT NULL,
+	timeout interval DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_alter_queue';
-COMMENT ON FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer) IS 'change a queue''s settings; NULL leaves a setting unchanged, 0 removes a limit';
+COMMENT ON FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval) IS 'change a queue''s settings; NULL leaves a setting unchanged, 0 removes a limit';
 
 CREATE FUNCTION pgjq.drop_queue(queue text, force boolean DEFAULT false)
 RETURNS void
@@ -325,13 +329,14 @@ CREATE FUNCTION pgjq.list_queues(
 	OUT rate double precision,
 	OUT burst integer,
 	OUT paused boolean,
-	OUT created_at timestamptz)
+	OUT created_at timestamptz,
+	OUT timeout interval)
 RETURNS SETOF record
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 	SELECT q.name, q.lease, q.max_attempts, q.backoff_base, q.backoff_max,
 		   q.retention, q.concurrency, q.key_concurrency, q.rate, q.burst,
-		   q.paused, q.created_at
+		   q.paused, q.created_at, q.timeout
 	  FROM pgjq.queue q
 	 ORDER BY q.name
 $$;

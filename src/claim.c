@@ -189,11 +189,13 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		 */
 		pgjq_wait_note_claimed(q->queue_id, granted);
 		got = queue_claim(q, granted, lease_until, worker, &quota, &token, jobs + n);
-		for (int k = n; k < n + got; k++)
-			jobs[k].lease_until = lease_until;
-		/* the worker rescues the lease on time if it ends before its wake-up */
+
+		/*
+		 * the worker rescues the lease on time if it ends before its wake-up
+		 * (the ring's lease: the queue's timeout may have cut it short)
+		 */
 		if (got > 0)
-			pgjq_shmem_note_due(lease_until);
+			pgjq_shmem_note_due(jobs[n].lease_until);
 
 		pgjq_wait_note_claimed(q->queue_id, got - granted);
 		pgjq_limits_settle_queue(q, granted, got);

@@ -95,12 +95,19 @@ pgjq_outcome_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 
 /*
  * Rescue of a ring claim whose lease was seen ending before now: a failed
- * attempt with error "lease expired", unless a heartbeat extended the lease
- * meanwhile or the claim ended (then 0, nothing changes).
+ * attempt with error "lease expired" (or "timed out" when its claim's
+ * deadline has passed), unless a heartbeat extended the lease meanwhile or
+ * the claim ended (then 0, nothing changes).
  */
 char
 pgjq_outcome_rescue_ring(int64 id, int64 token, TimestampTz now)
 {
+	TimestampTz deadline = pgjq_ring_deadline(id, token);
+
+	/* no lease goes past the deadline: at the deadline, the lease ends */
+	if (deadline != 0 && deadline <= now)
+		return fail_job(id, token, "timed out: still running at its deadline (the queue's timeout)",
+						-1, now, true);
 	return fail_job(id, token, "lease expired", -1, now, true);
 }
 
@@ -395,6 +402,10 @@ pgjq_heartbeat(PG_FUNCTION_ARGS)
 		case PGJQ_RING_CANCELLED:
 			/* its cancellation was requested: it ended as cancelled */
 			pgjq_metrics_job_outcome(token, PGJQ_M_NCOUNTERS, now);
+			pgjq_storage_end();
+			PG_RETURN_NULL();
+		case PGJQ_RING_TIMED_OUT:
+			/* its deadline has passed: rescue ends the attempt */
 			pgjq_storage_end();
 			PG_RETURN_NULL();
 		default:

@@ -61,7 +61,7 @@ limit_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 	return v;
 }
 
-/* Read arguments 1..9 (lease .. burst); unset ones stay -1. */
+/* Read arguments 1..10 (lease .. timeout); unset ones stay -1. */
 static void
 read_settings(FunctionCallInfo fcinfo, PgjqQueueSettings *s)
 {
@@ -92,6 +92,7 @@ read_settings(FunctionCallInfo fcinfo, PgjqQueueSettings *s)
 					 errmsg("rate must be between 0 and 1000000 per second")));
 	}
 	s->burst = limit_arg(fcinfo, 9, "burst");
+	s->timeout_us = pgjq_arg_interval(fcinfo, 10, "timeout", 0, true, 365 * USECS_PER_DAY, -1);
 	if (s->concurrency > 0 || s->key_concurrency > 0 || s->rate > 0 || s->burst > 0)
 		pgjq_limits_require_shmem("a queue limit");
 }

@@ -85,12 +85,18 @@ extern int64 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *r
 
 /*
  * Extend the lease of (id, token) to now + extend_us (the queue's lease when
- * negative) if it is a ring job in flight: PGJQ_RING_EXTENDED (*lease_until
- * set), PGJQ_RING_CANCELLED (its cancellation was requested: it ended as
- * cancelled), PGJQ_RING_STALE, or PGJQ_RING_NOT_MINE.
+ * negative), but not past its claim's deadline (the queue's timeout), if it
+ * is a ring job in flight: PGJQ_RING_EXTENDED (*lease_until set),
+ * PGJQ_RING_CANCELLED (its cancellation was requested: it ended as
+ * cancelled), PGJQ_RING_TIMED_OUT (its deadline has passed: nothing
+ * changes, rescue ends the attempt), PGJQ_RING_STALE, or PGJQ_RING_NOT_MINE.
  */
 #define PGJQ_RING_EXTENDED	3
 #define PGJQ_RING_CANCELLED	5
+#define PGJQ_RING_TIMED_OUT	6
+
+/* the execution deadline of (id, token) in flight; 0 if none or not in flight */
+extern TimestampTz pgjq_ring_deadline(int64 id, int64 token);
 
 /*
  * fail (snooze_until 0) or snooze of (id, token) if it is a ring job in

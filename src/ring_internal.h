@@ -134,6 +134,8 @@ typedef struct RingFlight
 	RingFlightKey key;
 	int64		token;
 	TimestampTz lease_until;
+	TimestampTz deadline;		/* the queue's timeout from the claim: no
+								 * lease goes past it; 0: none */
 	TimestampTz enqueued_at;
 	TransactionId xid;			/* owner while CLAIMING or CLOSING */
 	ItemPointerData tid;

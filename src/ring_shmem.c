@@ -603,6 +603,7 @@ ring_flight_enter(int64 id)
 		f->claim_slot = RING_NO_SLOT;
 		f->cancel_requested = false;
 		f->anchored = false;
+		f->deadline = 0;
 	}
 	return f;
 }

@@ -579,19 +579,20 @@ int8_array(const int64 *v, int n)
 #define L_KIND		3
 #define L_IDS		4
 #define L_WORKER	5
-#define L_NATTS		5
+#define L_DEADLINE	6
+#define L_NATTS		6
 
 /*
- * One ring_log row into slot s; worker only for claims ('c'), NULL for none.
- * Its position goes to *tid when tid is given.
+ * One ring_log row into slot s; worker and deadline only for claims ('c'),
+ * NULL and 0 for none.  Its position goes to *tid when tid is given.
  */
 static void
 log_append_to(int s, int64 token, TimestampTz at, char kind, const int64 *ids, int n,
-			  const char *worker, ItemPointer tid)
+			  const char *worker, TimestampTz deadline, ItemPointer tid)
 {
 	Relation	rel = table_open(log_oid[s], RowExclusiveLock);
 	Datum		values[L_NATTS];
-	bool		nulls[L_NATTS] = {false, false, false, false, worker == NULL};
+	bool		nulls[L_NATTS] = {false, false, false, false, worker == NULL, deadline == 0};
 	HeapTuple	tup;
 
 	values[L_TOKEN - 1] = Int64GetDatum(token);
@@ -599,6 +600,7 @@ log_append_to(int s, int64 token, TimestampTz at, char kind, const int64 *ids, i
 	values[L_KIND - 1] = CharGetDatum(kind);
 	values[L_IDS - 1] = PointerGetDatum(int8_array(ids, n));
 	values[L_WORKER - 1] = worker ? CStringGetTextDatum(worker) : (Datum) 0;
+	values[L_DEADLINE - 1] = TimestampTzGetDatum(deadline);
 	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	simple_heap_insert(rel, tup);
 	if (tid)
@@ -611,7 +613,7 @@ log_append_to(int s, int64 token, TimestampTz at, char kind, const int64 *ids, i
 static void
 log_append(int64 token, TimestampTz at, char kind, const int64 *ids, int n)
 {
-	log_append_to(slot_for_write(0), token, at, kind, ids, n, NULL, NULL);
+	log_append_to(slot_for_write(0), token, at, kind, ids, n, NULL, 0, NULL);
 }
 
 /*
@@ -1104,11 +1106,18 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	bool		held;
 	int			claim_slot;
 	ItemPointerData claim_tid;
+	TimestampTz deadline = 0;
 
 	if (!ensure_ready(true))
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot use a ring queue during recovery")));
+	/* the queue's execution deadline: no lease of these jobs goes past it */
+	if (queue->timeout_us > 0)
+	{
+		deadline = GetCurrentTimestamp() + queue->timeout_us;
+		lease_until = Min(lease_until, deadline);
+	}
 	maybe_truncate();
 	/* an empty poll draws no token and writes nothing */
 	LWLockAcquire(ring->lock, LW_SHARED);
@@ -1176,6 +1185,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		q->running++;
 		f->token = tok;
 		f->lease_until = lease_until;
+		f->deadline = deadline;
 		f->pending = false;
 		f->enqueued_at = p.enqueued_at;
 		f->xid = xid;
@@ -1225,6 +1235,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 			q->running++;
 			f->token = tok;
 			f->lease_until = lease_until;
+			f->deadline = deadline;
 			f->pending = true;
 			f->enqueued_at = own[i].enqueued_at;
 			f->xid = xid;
@@ -1258,7 +1269,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 
 	/* the claim's one durable row */
 	claim_slot = slot_for_write(0);
-	log_append_to(claim_slot, tok, lease_until, 'c', gotids, k, worker, &claim_tid);
+	log_append_to(claim_slot, tok, lease_until, 'c', gotids, k, worker, deadline, &claim_tid);
 
 	old = MemoryContextSwitchTo(pgjq_result_cxt);
 	for (int i = 0; i < k; i++)
@@ -1947,9 +1958,14 @@ pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now,
 		r = PGJQ_RING_STALE;
 	else if (f->cancel_requested)
 		r = PGJQ_RING_CANCELLED;
+	else if (f->deadline != 0 && now >= f->deadline)
+		r = PGJQ_RING_TIMED_OUT;
 	else
 	{
 		bool		was_open = f->state == RF_OPEN;
+
+		if (f->deadline != 0)
+			*lease_until = Min(*lease_until, f->deadline);
 
 		Assert(was_open || f->xid == xid);
 		ring_note_extended(id, token, *lease_until, was_open, false);
@@ -2249,6 +2265,7 @@ typedef struct Straggler
 	ItemPointerData tid;
 	int64		token;			/* in flight: its claim */
 	TimestampTz lease_until;
+	TimestampTz deadline;		/* in flight: its claim's (0: none) */
 	ItemPointerData claim_tid;	/* in flight: its claim row (then the copy's) */
 	uint16		claim_slot;
 	bool		cancel;			/* in flight: its cancellation was requested */
@@ -2335,6 +2352,7 @@ relocate(int limit)
 			st[n].tid = f->tid;
 			st[n].token = f->token;
 			st[n].lease_until = f->lease_until;
+			st[n].deadline = f->deadline;
 			st[n].claim_tid = f->claim_tid;
 			st[n].claim_slot = f->claim_slot;
 			st[n].cancel = f->cancel_requested;
@@ -2366,7 +2384,7 @@ relocate(int limit)
 	s = slot_for_write(n);
 	Assert(s != c);
 	body_append(s, n, rows, tids);
-	log_append_to(s, 0, now, 'r', ids, n, NULL, NULL);
+	log_append_to(s, 0, now, 'r', ids, n, NULL, 0, NULL);
 	for (int i = n - nflight; i < n; i++)
 	{
 		int			m = 0;
@@ -2383,7 +2401,8 @@ relocate(int limit)
 			}
 		/* one claim call, one worker: its first job's claim row names it */
 		log_append_to(s, st[i].token, st[i].lease_until, 'c', ids, m,
-					  claim_worker(st[i].claim_slot, &st[i].claim_tid, st[i].token), &ctid);
+					  claim_worker(st[i].claim_slot, &st[i].claim_tid, st[i].token),
+					  st[i].deadline, &ctid);
 		for (int j = i; j < n; j++)
 			if (st[j].token == st[i].token && st[j].lease_until == st[i].lease_until)
 				st[j].claim_tid = ctid;
@@ -2391,7 +2410,7 @@ relocate(int limit)
 	/* and the cancellation requests, whose 'q' rows go with the old slot too */
 	for (int i = n - nflight; i < n; i++)
 		if (st[i].cancel)
-			log_append_to(s, st[i].token, now, 'q', &st[i].id, 1, NULL, NULL);
+			log_append_to(s, st[i].token, now, 'q', &st[i].id, 1, NULL, 0, NULL);
 
 	ring_reserve_relocated(n);
 	for (int i = 0; i < n; i++)
@@ -2453,6 +2472,22 @@ pgjq_ring_expired(TimestampTz now, int limit, int64 *ids, int64 *tokens)
 	}
 	LWLockRelease(ring->lock);
 	return n;
+}
+
+TimestampTz
+pgjq_ring_deadline(int64 id, int64 token)
+{
+	RingFlight *f;
+	TimestampTz d = 0;
+
+	if (ring == NULL || !maybe_in_flight(id))
+		return 0;
+	LWLockAcquire(ring->lock, LW_SHARED);
+	f = ring_flight_find(id);
+	if (f != NULL && f->token == token)
+		d = f->deadline;
+	LWLockRelease(ring->lock);
+	return d;
 }
 
 TimestampTz
@@ -2706,6 +2741,7 @@ typedef struct RbClaim
 	int64		id;				/* key */
 	int64		token;			/* the newest claim */
 	TimestampTz lease_until;	/* of that claim's 'c' row; 0 if none */
+	TimestampTz deadline;		/* of that claim's 'c' row; 0 if none */
 	uint8		cslots;			/* bit s: slot s has that 'c' row */
 	ItemPointerData ctids[RING_NSLOTS]; /* where, by slot */
 	bool		cancel;			/* its cancellation was requested */
@@ -2862,6 +2898,7 @@ scan_tables(RbScan *sc, bool latest)
 				{
 					c->token = token;
 					c->lease_until = 0;
+					c->deadline = 0;
 					c->cslots = 0;
 					c->cancel = false;
 				}
@@ -2879,8 +2916,13 @@ scan_tables(RbScan *sc, bool latest)
 					c->lease_until = Max(c->lease_until, at);
 				if (kind == 'c' && c->token == token)
 				{
+					bool		dnull;
+					Datum		d = heap_getattr(tup, L_DEADLINE, desc, &dnull);
+
 					c->cslots |= 1 << s;
 					c->ctids[s] = tup->t_self;
+					if (!dnull)
+						c->deadline = DatumGetTimestampTz(d);
 				}
 				if (kind != 'c' && kind != 'h' && kind != 'q')
 				{
@@ -3051,6 +3093,7 @@ rebuild(void)
 			f->cancel_requested = c->cancel;
 			/* a claim whose 'c' row is gone (cannot happen): expired now */
 			f->lease_until = c->lease_until;
+			f->deadline = c->deadline;
 			f->enqueued_at = b->enqueued_at;
 			f->xid = InvalidTransactionId;
 			f->tid = b->tid;

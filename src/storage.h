@@ -36,6 +36,7 @@ typedef struct PgjqQueue
 	double		rate;			/* claims started per second; 0 = no limit */
 	int32		burst;			/* bucket size for rate */
 	bool		paused;
+	int64		timeout_us;		/* execution deadline from the claim; 0 = none */
 } PgjqQueue;
 
 /*
@@ -53,6 +54,7 @@ typedef struct PgjqQueueSettings
 	int32		key_concurrency;
 	double		rate;
 	int32		burst;
+	int64		timeout_us;		/* 0 removes the deadline */
 } PgjqQueueSettings;
 
 /*

@@ -49,11 +49,12 @@
 
 static PgjqPlan plan_insert = {
 	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention,"
-	"                        concurrency, key_concurrency, rate, burst)"
-	" VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), nullif($8, 0), nullif($9, 0), nullif($10, 0))"
+	"                        concurrency, key_concurrency, rate, burst, timeout)"
+	" VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), nullif($8, 0), nullif($9, 0), nullif($10, 0),"
+	"         nullif($11, '0'::interval))"
 	" ON CONFLICT (name) DO NOTHING RETURNING queue_id",
-	10, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
-	INT4OID, INT4OID, FLOAT8OID, INT4OID}
+	11, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
+	INT4OID, INT4OID, FLOAT8OID, INT4OID, INTERVALOID}
 };
 
 static PgjqPlan plan_update = {
@@ -65,10 +66,11 @@ static PgjqPlan plan_update = {
 	"       concurrency = CASE WHEN $7 IS NULL THEN concurrency ELSE nullif($7, 0) END,"
 	"       key_concurrency = CASE WHEN $8 IS NULL THEN key_concurrency ELSE nullif($8, 0) END,"
 	"       rate = CASE WHEN $9 IS NULL THEN rate ELSE nullif($9, 0) END,"
-	"       burst = CASE WHEN $10 IS NULL THEN burst ELSE nullif($10, 0) END"
+	"       burst = CASE WHEN $10 IS NULL THEN burst ELSE nullif($10, 0) END,"
+	"       timeout = CASE WHEN $11 IS NULL THEN timeout ELSE nullif($11, '0'::interval) END"
 	" WHERE queue_id = $1",
-	10, {INT4OID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
-	INT4OID, INT4OID, FLOAT8OID, INT4OID}
+	11, {INT4OID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
+	INT4OID, INT4OID, FLOAT8OID, INT4OID, INTERVALOID}
 };
 
 static PgjqPlan plan_set_paused = {
@@ -176,11 +178,12 @@ queue_changed(void)
 enum
 {
 	QC_QUEUE_ID, QC_NAME, QC_LEASE, QC_MAX_ATTEMPTS, QC_BACKOFF_BASE, QC_BACKOFF_MAX,
-	QC_RETENTION, QC_CONCURRENCY, QC_KEY_CONCURRENCY, QC_RATE, QC_BURST, QC_PAUSED, QC_N
+	QC_RETENTION, QC_CONCURRENCY, QC_KEY_CONCURRENCY, QC_RATE, QC_BURST, QC_PAUSED, QC_TIMEOUT,
+	QC_N
 };
 static const char *const queue_cols[QC_N] = {
 	"queue_id", "name", "lease", "max_attempts", "backoff_base", "backoff_max",
-	"retention", "concurrency", "key_concurrency", "rate", "burst", "paused"
+	"retention", "concurrency", "key_concurrency", "rate", "burst", "paused", "timeout"
 };
 static Oid	queue_layout_relid = InvalidOid;
 static AttrNumber queue_attno[QC_N];
@@ -249,12 +252,14 @@ float_col(TupleTableSlot *slot, int c)
 	return isnull ? 0 : DatumGetFloat8(d);
 }
 
+/* an interval column in microseconds; NULL (a nullable one: timeout) is 0 */
 static int64
 interval_col(TupleTableSlot *slot, int c)
 {
 	bool		isnull;
+	Datum		d = slot_getattr(slot, queue_attno[c], &isnull);
 
-	return pgjq_interval_usec(DatumGetIntervalP(slot_getattr(slot, queue_attno[c], &isnull)));
+	return isnull ? 0 : pgjq_interval_usec(DatumGetIntervalP(d));
 }
 
 /*
@@ -298,6 +303,7 @@ queue_read(const char *name, PgjqQueue *queue)
 		queue->key_concurrency = int_col(slot, QC_KEY_CONCURRENCY);
 		queue->rate = float_col(slot, QC_RATE);
 		queue->burst = int_col(slot, QC_BURST);
+		queue->timeout_us = interval_col(slot, QC_TIMEOUT);
 	}
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
@@ -367,13 +373,15 @@ settings_params(const PgjqQueueSettings *s, Datum *values, char *nulls)
 	nulls[8] = s->rate < 0 ? 'n' : ' ';
 	values[9] = Int32GetDatum(s->burst);
 	nulls[9] = s->burst < 0 ? 'n' : ' ';
+	values[10] = s->timeout_us < 0 ? (Datum) 0 : pgjq_interval_datum(s->timeout_us);
+	nulls[10] = s->timeout_us < 0 ? 'n' : ' ';
 }
 
 bool
 pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s)
 {
-	Datum		values[10];
-	char		nulls[11] = "          ";
+	Datum		values[11];
+	char		nulls[12] = "           ";
 
 	values[0] = CStringGetTextDatum(name);
 	settings_params(s, values, nulls);
@@ -385,8 +393,8 @@ pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s)
 void
 pgjq_storage_queue_update(int32 queue_id, const PgjqQueueSettings *s)
 {
-	Datum		values[10];
-	char		nulls[11] = "          ";
+	Datum		values[11];
+	char		nulls[12] = "           ";
 
 	values[0] = Int32GetDatum(queue_id);
 	settings_params(s, values, nulls);

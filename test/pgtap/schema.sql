@@ -31,13 +31,13 @@ SELECT set_eq(
 		FROM pg_proc p
 	   WHERE p.pronamespace = 'pgjq'::regnamespace AND p.proname !~ '^_'$$,
 	$$VALUES
-		('create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_max interval, retention interval, concurrency integer, key_concurrency integer, rate double precision, burst integer) -> void'),
-		('alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_max interval, retention interval, concurrency integer, key_concurrency integer, rate double precision, burst integer) -> void'),
+		('create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_max interval, retention interval, concurrency integer, key_concurrency integer, rate double precision, burst integer, timeout interval) -> void'),
+		('alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_max interval, retention interval, concurrency integer, key_concurrency integer, rate double precision, burst integer, timeout interval) -> void'),
 		('drop_queue(queue text, force boolean) -> void'),
 		('pause(queue text) -> void'),
 		('resume(queue text) -> void'),
 		('purge(queue text) -> bigint'),
-		('list_queues(OUT queue text, OUT lease interval, OUT max_attempts integer, OUT backoff_base interval, OUT backoff_max interval, OUT retention interval, OUT concurrency integer, OUT key_concurrency integer, OUT rate double precision, OUT burst integer, OUT paused boolean, OUT created_at timestamp with time zone) -> SETOF record'),
+		('list_queues(OUT queue text, OUT lease interval, OUT max_attempts integer, OUT backoff_base interval, OUT backoff_max interval, OUT retention interval, OUT concurrency integer, OUT key_concurrency integer, OUT rate double precision, OUT burst integer, OUT paused boolean, OUT created_at timestamp with time zone, OUT timeout interval) -> SETOF record'),
 		('enqueue(queue text, payload jsonb, delay interval, run_at timestamp with time zone, priority integer, fair_key text, dedup_key text, max_attempts integer) -> bigint'),
 		('enqueue_many(queue text, payloads jsonb[], delay interval, run_at timestamp with time zone, priority integer, fair_keys text[], dedup_keys text[]) -> SETOF bigint'),
 		('claim(queue text, batch integer, lease interval, worker text, wait interval) -> SETOF pgjq.claimed'),
@@ -69,9 +69,11 @@ SELECT set_eq(
 -- argument named must resolve (only resolution is checked, nothing runs).
 SELECT lives_ok($$PREPARE named_args AS
 	SELECT pgjq.create_queue(queue => 'x', lease => '1 s', max_attempts => 1, backoff_base => '1 s', backoff_max => '1 s',
-							 retention => '1 s', concurrency => 1, key_concurrency => 1, rate => 1.5, burst => 1),
+							 retention => '1 s', concurrency => 1, key_concurrency => 1, rate => 1.5, burst => 1,
+							 timeout => '1 s'),
 		   pgjq.alter_queue(queue => 'x', lease => '1 s', max_attempts => 1, backoff_base => '1 s', backoff_max => '1 s',
-							retention => '1 s', concurrency => 1, key_concurrency => 1, rate => 1.5, burst => 1),
+							retention => '1 s', concurrency => 1, key_concurrency => 1, rate => 1.5, burst => 1,
+							timeout => '1 s'),
 		   pgjq.drop_queue(queue => 'x', force => true),
 		   pgjq.pause(queue => 'x'), pgjq.resume(queue => 'x'), pgjq.purge(queue => 'x'),
 		   pgjq.enqueue(queue => 'x', payload => '{}', delay => '1 s', run_at => now(), priority => 1,

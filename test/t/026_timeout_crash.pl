@@ -1,0 +1,83 @@
+
+# Copyright (c) pgjq contributors
+#
+# A queue's timeout survives a crash: the claim's 'c' log row carries its
+# deadline, the rebuild reads it back, so after a kill -9 of the postmaster
+# a heartbeat still cannot extend the lease past the deadline and returns
+# NULL once it has passed, and the background worker ends the attempt as
+# timed out.  A relocated claim (its row copied forward) keeps it too.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgjqTest;
+
+my $node = PostgreSQL::Test::Cluster->new('timeout_crash');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'pgjq'
+pgjq.database_names = 'postgres'
+pgjq.max_sleep = '200ms'
+});
+$node->start;
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+my $timeout = 6;    # seconds
+sql("CREATE EXTENSION pgjq;
+     SELECT pgjq.create_queue('t', lease => '1 hour', timeout => '$timeout s', backoff_base => '1 hour');
+     SELECT pgjq.create_queue('plain', lease => '1 hour');");
+sql(q{SELECT pgjq.enqueue('t', '{"n": 1}'); SELECT pgjq.enqueue('plain', '{"n": 2}')});
+my ($id, $token, $deadline) = split /\|/, sql(
+	"SELECT id, token, extract(epoch FROM clock_timestamp() + interval '$timeout s') FROM pgjq.claim('t')");
+my ($pid, $ptoken) = split /\|/, sql(q{SELECT id, token FROM pgjq.claim('plain')});
+ok($id && $token, 'a job of the timed queue claimed');
+
+# kill -9 of the postmaster; a new one starts once the orphans have exited
+{
+	open my $fh, '<', $node->data_dir . '/postmaster.pid' or die "no postmaster.pid: $!";
+	my $pm = <$fh>;
+	chomp $pm;
+	close $fh;
+	my @children = split ' ', `ps -o pid= --ppid $pm`;
+	$node->kill9;
+	my $until = time + 120;
+	usleep(100_000) while time < $until && grep { kill 0, $_ } @children;
+	my $started = 0;
+	for (1 .. 30)
+	{
+		$started = 1, last if $node->start(fail_ok => 1);
+		sleep 1;
+	}
+	ok($started, 'the server starts again after kill -9 of the postmaster');
+}
+
+my $lease = sql("SELECT extract(epoch FROM pgjq.heartbeat($id, $token, '1 hour'))");
+ok($lease ne '' && $lease <= $deadline + 0.01,
+	"after the crash a heartbeat still stops at the deadline ($lease <= $deadline)");
+my $plain = sql("SELECT pgjq.heartbeat($pid, $ptoken, '1 hour') > clock_timestamp() + interval '50 minutes'");
+is($plain, 't', 'a job of a queue without timeout keeps its full extension');
+
+# wait past the deadline
+usleep(100_000) while time < $deadline + 0.2;
+is(sql("SELECT pgjq.heartbeat($id, $token, '1 hour') IS NULL"), 't',
+	'past the deadline the heartbeat returns NULL');
+
+# the worker rescues it (its lease ended at the deadline)
+ok( $node->poll_query_until(
+		'postgres', "SELECT state = 'scheduled' FROM pgjq.job($id)"),
+	'the worker ended the attempt');
+is(sql("SELECT attempt || ' ' || last_error FROM pgjq.job($id)"),
+	"1 timed out: still running at its deadline (the queue's timeout)",
+	'as timed out, one attempt spent');
+is(sql("SELECT state FROM pgjq.job($pid)"), 'running', 'the other job is still running');
+is(sql('SELECT count(*) FROM pgjq.verify()'), '0', 'verify() finds nothing amiss');
+
+$node->stop;
+done_testing();
