@@ -215,7 +215,8 @@ CREATE TABLE pgjq.ring_body_0 (
 	payload			jsonb NOT NULL,
 	last_error		text,	/* of the attempt before (a promoted retry); NULL costs no byte */
 	run_at			timestamptz,	/* when a promoted job fell due; NULL: enqueued_at */
-	dedup_key		text COLLATE "C"	/* its anchor in pgjq.job (state 'n'); NULL: none */
+	dedup_key		text COLLATE "C",	/* its anchor in pgjq.job (state 'n'); NULL: none */
+	timeout			interval	/* its own execution deadline from a claim; NULL: the queue's */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_1 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_2 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -455,3 +456,42 @@ REVOKE ALL ON FUNCTION pgjq.create_queue(text, interval, integer, interval, inte
 GRANT EXECUTE ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval),
 	pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval),
 	pgjq.list_queues() TO pgjq_admin;
+
+/* a job's own execution deadline (timeout): kept with the job wherever it waits */
+ALTER TABLE pgjq.job ADD COLUMN timeout interval;
+ALTER TABLE pgjq.job_history ADD COLUMN timeout interval;
+DROP FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer);
+DROP FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[]);
+CREATE FUNCTION pgjq.enqueue(
+	queue text,
+	payload jsonb DEFAULT '{}',
+	delay interval DEFAULT NULL,
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	fair_key text DEFAULT NULL,
+	dedup_key text DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	timeout interval DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_enqueue';
+COMMENT ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval) IS 'add one job; returns its id (or the existing job''s id for a duplicate dedup_key)';
+
+CREATE FUNCTION pgjq.enqueue_many(
+	queue text,
+	payloads jsonb[],
+	delay interval DEFAULT NULL,
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	fair_keys text[] DEFAULT NULL,
+	dedup_keys text[] DEFAULT NULL,
+	timeout interval DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 100
+AS 'MODULE_PATHNAME', 'pgjq_enqueue_many';
+COMMENT ON FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval) IS 'add many jobs in one statement; returns their ids in input order';
+REVOKE ALL ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval),
+	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval),
+	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval) TO pgjq_producer, pgjq_admin;

@@ -92,7 +92,8 @@ CREATE TABLE pgjq.job (
 	worker			text,
 	last_error		text,
 	cancel_requested boolean NOT NULL,
-	payload			jsonb NOT NULL
+	payload			jsonb NOT NULL,
+	timeout			interval	/* its own execution deadline; NULL: the queue's */
 );
 COMMENT ON TABLE pgjq.job IS 'unfinished jobs outside the ring: scheduled, ready, dedup anchors (private)';
 
@@ -151,7 +152,8 @@ CREATE TABLE pgjq.job_history (
 	finished_at		timestamptz NOT NULL,
 	worker			text,
 	last_error		text,
-	payload			jsonb
+	payload			jsonb,
+	timeout			interval	/* a dead job's own timeout, for retry_dead */
 ) PARTITION BY RANGE (finished_at);
 COMMENT ON TABLE pgjq.job_history IS 'dead and cancelled jobs, in hourly partitions by finish time (private)';
 
@@ -211,7 +213,8 @@ CREATE TABLE pgjq.ring_body_0 (
 	payload			jsonb NOT NULL,
 	last_error		text,	/* of the attempt before (a promoted retry); NULL costs no byte */
 	run_at			timestamptz,	/* when a promoted job fell due; NULL: enqueued_at */
-	dedup_key		text COLLATE "C"	/* its anchor in pgjq.job (state 'n'); NULL: none */
+	dedup_key		text COLLATE "C",	/* its anchor in pgjq.job (state 'n'); NULL: none */
+	timeout			interval	/* its own execution deadline from a claim; NULL: the queue's */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_1 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_2 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -352,11 +355,12 @@ CREATE FUNCTION pgjq.enqueue(
 	priority integer DEFAULT 0,
 	fair_key text DEFAULT NULL,
 	dedup_key text DEFAULT NULL,
-	max_attempts integer DEFAULT NULL)
+	max_attempts integer DEFAULT NULL,
+	timeout interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_enqueue';
-COMMENT ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer) IS 'add one job; returns its id (or the existing job''s id for a duplicate dedup_key)';
+COMMENT ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval) IS 'add one job; returns its id (or the existing job''s id for a duplicate dedup_key)';
 
 CREATE FUNCTION pgjq.enqueue_many(
 	queue text,
@@ -365,12 +369,13 @@ CREATE FUNCTION pgjq.enqueue_many(
 	run_at timestamptz DEFAULT NULL,
 	priority integer DEFAULT 0,
 	fair_keys text[] DEFAULT NULL,
-	dedup_keys text[] DEFAULT NULL)
+	dedup_keys text[] DEFAULT NULL,
+	timeout interval DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 ROWS 100
 AS 'MODULE_PATHNAME', 'pgjq_enqueue_many';
-COMMENT ON FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[]) IS 'add many jobs in one statement; returns their ids in input order';
+COMMENT ON FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval) IS 'add many jobs in one statement; returns their ids in input order';
 
 /* ---------------------------------------------------------------- claim */
 
@@ -719,8 +724,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgjq FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA pgjq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-	pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer),
-	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[]),
+	pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval),
+	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval),
 	pgjq.cancel(bigint),
 	pgjq.cancel_many(bigint[]),
 	pgjq.cancel_key(text, text),

@@ -191,11 +191,17 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		got = queue_claim(q, granted, lease_until, worker, &quota, &token, jobs + n);
 
 		/*
-		 * the worker rescues the lease on time if it ends before its wake-up
-		 * (the ring's lease: the queue's timeout may have cut it short)
+		 * the worker rescues the leases on time if one ends before its
+		 * wake-up (the ring's leases: a timeout may have cut them short)
 		 */
 		if (got > 0)
-			pgjq_shmem_note_due(jobs[n].lease_until);
+		{
+			TimestampTz first = jobs[n].lease_until;
+
+			for (int k = n + 1; k < n + got; k++)
+				first = Min(first, jobs[k].lease_until);
+			pgjq_shmem_note_due(first);
+		}
 
 		pgjq_wait_note_claimed(q->queue_id, got - granted);
 		pgjq_limits_settle_queue(q, granted, got);

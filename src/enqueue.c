@@ -128,6 +128,7 @@ pgjq_enqueue(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_attempts must be between 1 and %d", 10000)));
+	jobs.timeout_us = pgjq_arg_interval(fcinfo, 8, "timeout", 0, false, 365 * USECS_PER_DAY, 0);
 
 	jobs.n = 1;
 	jobs.ids = &id;
@@ -204,6 +205,7 @@ pgjq_enqueue_many(PG_FUNCTION_ARGS)
 	jobs.priority = priority_arg(fcinfo);
 	parallel_keys(fcinfo, 5, "fair_keys", n, &jobs.fair_keys, &jobs.fair_key_nulls);
 	parallel_keys(fcinfo, 6, "dedup_keys", n, &jobs.dedup_keys, &jobs.dedup_key_nulls);
+	jobs.timeout_us = pgjq_arg_interval(fcinfo, 7, "timeout", 0, false, 365 * USECS_PER_DAY, 0);
 	if (n > 0)
 	{
 		deconstruct_array(payloads, JSONBOID, -1, false, TYPALIGN_INT,

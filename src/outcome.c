@@ -106,7 +106,7 @@ pgjq_outcome_rescue_ring(int64 id, int64 token, TimestampTz now)
 
 	/* no lease goes past the deadline: at the deadline, the lease ends */
 	if (deadline != 0 && deadline <= now)
-		return fail_job(id, token, "timed out: still running at its deadline (the queue's timeout)",
+		return fail_job(id, token, "timed out: still running at its execution deadline (timeout)",
 						-1, now, true);
 	return fail_job(id, token, "lease expired", -1, now, true);
 }

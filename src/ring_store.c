@@ -81,7 +81,8 @@
 #define B_LASTERR	10
 #define B_RUNAT		11
 #define B_DEDUP		12
-#define B_NATTS		12
+#define B_TIMEOUT	13
+#define B_NATTS		13
 
 /* relation OIDs of this database, looked up once per backend and database */
 static Oid	cached_db = InvalidOid;
@@ -389,6 +390,7 @@ typedef struct BodyRow
 	Datum		last_error;		/* text or 0 */
 	TimestampTz run_at;			/* 0: enqueued_at */
 	Datum		dedup_key;		/* text or 0: it has an anchor in pgjq.job */
+	int64		timeout_us;		/* its own execution deadline; 0: the queue's */
 } BodyRow;
 
 static bool standby_job(int64 id, char *state, TimestampTz *lease, char **worker, bool *cancel,
@@ -421,6 +423,8 @@ body_values(const BodyRow *b, Datum *values, bool *nulls)
 	nulls[B_RUNAT - 1] = b->run_at == 0;
 	values[B_DEDUP - 1] = b->dedup_key;
 	nulls[B_DEDUP - 1] = b->dedup_key == (Datum) 0;
+	values[B_TIMEOUT - 1] = b->timeout_us > 0 ? pgjq_interval_datum(b->timeout_us) : (Datum) 0;
+	nulls[B_TIMEOUT - 1] = b->timeout_us <= 0;
 }
 
 /* A body row's fields; payload and key detoasted copies in the current context. */
@@ -449,6 +453,9 @@ body_read(HeapTuple tup, TupleDesc desc, BodyRow *b)
 	b->run_at = isnull ? 0 : DatumGetTimestampTz(d);
 	d = heap_getattr(tup, B_DEDUP, desc, &isnull);
 	b->dedup_key = isnull ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
+	/* a body written before the column existed has fewer attributes: NULL */
+	d = heap_getattr(tup, B_TIMEOUT, desc, &isnull);
+	b->timeout_us = isnull ? 0 : pgjq_interval_usec(DatumGetIntervalP(d));
 }
 
 /* The body at a published position (no MVCC test: publication proves it). */
@@ -863,6 +870,7 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 		b->last_error = (Datum) 0;
 		b->run_at = 0;
 		b->dedup_key = keyed && !jobs->dedup_key_nulls[i] ? jobs->dedup_keys[i] : (Datum) 0;
+		b->timeout_us = jobs->timeout_us;
 		m++;
 	}
 	if (m > 0)
@@ -890,11 +898,13 @@ static PgjqPlan plan_promote_pick = {
 static PgjqPlan plan_promote_out = {
 	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = ANY ($1) AND j.dedup_key IS NULL"
 	"            RETURNING j.id, j.queue_id, j.priority, j.fair_key, j.attempt, j.max_attempts,"
-	"                      j.token, j.enqueued_at, j.payload, j.last_error, j.run_at, j.dedup_key),"
+	"                      j.token, j.enqueued_at, j.payload, j.last_error, j.run_at, j.dedup_key,"
+	"                      j.timeout),"
 	" a AS (UPDATE pgjq.job j SET state = 'n', payload = '{}', last_error = NULL, worker = NULL"
 	"         FROM pgjq.job o WHERE o.id = j.id AND j.id = ANY ($1) AND j.dedup_key IS NOT NULL"
 	"            RETURNING o.id, o.queue_id, o.priority, o.fair_key, o.attempt, o.max_attempts,"
-	"                      o.token, o.enqueued_at, o.payload, o.last_error, o.run_at, o.dedup_key)"
+	"                      o.token, o.enqueued_at, o.payload, o.last_error, o.run_at, o.dedup_key,"
+	"                      o.timeout)"
 	" SELECT * FROM (SELECT * FROM d UNION ALL SELECT * FROM a) x ORDER BY queue_id, run_at, id",
 	1, {INT8ARRAYOID}
 };
@@ -988,6 +998,8 @@ promote_picked(void)
 		b->run_at = DatumGetTimestampTz(pgjq_spi_get(r, 11, &isnull));
 		d = pgjq_spi_get(r, 12, &isnull);
 		b->dedup_key = isnull ? (Datum) 0 : datumCopy(d, false, -1);
+		d = pgjq_spi_get(r, 13, &isnull);
+		b->timeout_us = isnull ? 0 : pgjq_interval_usec(DatumGetIntervalP(d));
 	}
 	MemoryContextSwitchTo(old);
 	for (int a = 0, z; a < n; a = z)
@@ -1105,17 +1117,23 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	bool		key_limited = queue->key_concurrency > 0;
 	bool		held;
 	int			claim_slot;
-	ItemPointerData claim_tid;
+	ItemPointerData *claim_tids;
 	TimestampTz deadline = 0;
+	TimestampTz *deadlines;
+	TimestampTz lease_asked;
+	TimestampTz claimed_at;
+	bool	   *done;
 
 	if (!ensure_ready(true))
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot use a ring queue during recovery")));
 	/* the queue's execution deadline: no lease of these jobs goes past it */
+	lease_asked = lease_until;
+	claimed_at = GetCurrentTimestamp();
 	if (queue->timeout_us > 0)
 	{
-		deadline = GetCurrentTimestamp() + queue->timeout_us;
+		deadline = claimed_at + queue->timeout_us;
 		lease_until = Min(lease_until, deadline);
 	}
 	maybe_truncate();
@@ -1140,6 +1158,8 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	gotids = palloc(sizeof(int64) * batch);
 	gothash = palloc(sizeof(uint64) * batch);
 	anchored = palloc(sizeof(bool) * batch);
+	deadlines = palloc(sizeof(TimestampTz) * batch);
+	claim_tids = palloc(sizeof(ItemPointerData) * batch);
 	ring_reserve_local(0, batch, 0);
 
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
@@ -1267,10 +1287,6 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	/* without a key limit, the keys count as pgjq.job's claims count them */
 	pgjq_limits_ring_settle(queue, k, gothash);
 
-	/* the claim's one durable row */
-	claim_slot = slot_for_write(0);
-	log_append_to(claim_slot, tok, lease_until, 'c', gotids, k, worker, deadline, &claim_tid);
-
 	old = MemoryContextSwitchTo(pgjq_result_cxt);
 	for (int i = 0; i < k; i++)
 	{
@@ -1288,11 +1304,44 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		jobs[i].priority = b.priority;
 		jobs[i].enqueued_at = b.enqueued_at;
 		anchored[i] = b.dedup_key != (Datum) 0;
+		/* a job's own timeout replaces the queue's: its own deadline */
+		deadlines[i] = deadline;
+		if (b.timeout_us > 0)
+		{
+			deadlines[i] = claimed_at + b.timeout_us;
+			jobs[i].lease_until = Min(lease_asked, deadlines[i]);
+		}
 	}
 	MemoryContextSwitchTo(old);
 	for (int s = 0; s < RING_NSLOTS; s++)
 		if (rels[s])
 			table_close(rels[s], NoLock);
+
+	/*
+	 * The claim's durable row: one, unless jobs with their own timeout have
+	 * other deadlines than the rest (then one per deadline, each with its
+	 * lease)
+	 */
+	claim_slot = slot_for_write(0);
+	done = palloc0(sizeof(bool) * k);
+	for (int i = 0; i < k; i++)
+	{
+		int			m = 0;
+
+		if (done[i])
+			continue;
+		for (int j = i; j < k; j++)
+			if (!done[j] && deadlines[j] == deadlines[i])
+			{
+				gotids[m++] = jobs[j].id;
+				done[j] = true;
+			}
+		log_append_to(claim_slot, tok, jobs[i].lease_until, 'c', gotids, m, worker, deadlines[i],
+					  &claim_tids[i]);
+		for (int j = i + 1; j < k; j++)
+			if (deadlines[j] == deadlines[i])
+				claim_tids[j] = claim_tids[i];
+	}
 
 	/* what complete needs for the history, without reading the body again */
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
@@ -1305,8 +1354,10 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 			f->attempt = jobs[i].attempt;
 			f->enqueued_at = jobs[i].enqueued_at;
 			f->anchored = anchored[i];
-			f->claim_tid = claim_tid;
+			f->claim_tid = claim_tids[i];
 			f->claim_slot = (uint16) claim_slot;
+			f->lease_until = jobs[i].lease_until;
+			f->deadline = deadlines[i];
 		}
 	}
 	LWLockRelease(ring->lock);
@@ -1517,10 +1568,10 @@ maybe_in_flight(int64 id)
 static PgjqPlan plan_history_one = {
 	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key,"
 	"                              attempt, max_attempts, token, enqueued_at, finished_at,"
-	"                              worker, last_error, payload)"
-	" VALUES ($1, $2, $3, $4, coalesce($5, ''), $14, $6, $7, $8, $9, $10, $11, $12, $13)",
-	14, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID}
+	"                              worker, last_error, payload, timeout)"
+	" VALUES ($1, $2, $3, $4, coalesce($5, ''), $14, $6, $7, $8, $9, $10, $11, $12, $13, $15)",
+	15, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INTERVALOID}
 };
 
 /* the dedup anchors of jobs that ended: their keys are free again */
@@ -1544,8 +1595,8 @@ static void
 history_one(const BodyRow *b, char state, int32 attempt, int64 token, const char *worker,
 			Datum last_error, TimestampTz now)
 {
-	Datum		values[14];
-	char		nulls[15] = "              ";
+	Datum		values[15];
+	char		nulls[16] = "               ";
 
 	values[0] = Int64GetDatum(b->id);
 	values[1] = Int32GetDatum(b->queue_id);
@@ -1567,6 +1618,8 @@ history_one(const BodyRow *b, char state, int32 attempt, int64 token, const char
 	nulls[12] = state == PGJQ_FINISHED_DEAD ? ' ' : 'n';
 	values[13] = b->dedup_key;
 	nulls[13] = b->dedup_key ? ' ' : 'n';
+	values[14] = b->timeout_us > 0 ? pgjq_interval_datum(b->timeout_us) : (Datum) 0;
+	nulls[14] = b->timeout_us > 0 ? ' ' : 'n';
 	pgjq_history_ensure(now);
 	pgjq_spi_run(&plan_history_one, values, nulls, 0);
 	pgjq_wait_note_finished(b->id);
@@ -1759,19 +1812,20 @@ static PgjqPlan plan_queue_backoff = {
  */
 static PgjqPlan plan_fail_schedule_anchor = {
 	"UPDATE pgjq.job SET state = 's', attempt = $5, max_attempts = $6, token = $7, run_at = $9,"
-	"                    lease_until = NULL, worker = $10, last_error = $11, payload = $12"
+	"                    lease_until = NULL, worker = $10, last_error = $11, payload = $12,"
+	"                    timeout = $13"
 	" WHERE id = $1 AND state = 'n'",
-	12, {INT8OID, INT4OID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}
+	13, {INT8OID, INT4OID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, INTERVALOID}
 };
 static PgjqPlan plan_fail_schedule = {
 	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
 	"                      max_attempts, token, enqueued_at, run_at, lease_until, worker,"
-	"                      last_error, cancel_requested, payload)"
+	"                      last_error, cancel_requested, payload, timeout)"
 	" VALUES ($1, $2, 's', $3, coalesce($4, ''), NULL, $5, $6, $7, $8, $9, NULL, $10, $11,"
-	"         false, $12)",
-	12, {INT8OID, INT4OID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}
+	"         false, $12, $13)",
+	13, {INT8OID, INT4OID, INT2OID, TEXTOID, INT4OID, INT4OID, INT8OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID, INTERVALOID}
 };
 
 /*
@@ -1844,8 +1898,8 @@ pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 	log_append(f.token, now, 'f', &id, 1);
 	if (r == 's')
 	{
-		Datum		values[12];
-		char		nulls[13] = "            ";
+		Datum		values[13];
+		char		nulls[14] = "             ";
 
 		values[0] = Int64GetDatum(id);
 		values[1] = Int32GetDatum(b.queue_id);
@@ -1862,6 +1916,8 @@ pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 		values[10] = last_error;
 		nulls[10] = last_error ? ' ' : 'n';
 		values[11] = b.payload;
+		values[12] = b.timeout_us > 0 ? pgjq_interval_datum(b.timeout_us) : (Datum) 0;
+		nulls[12] = b.timeout_us > 0 ? ' ' : 'n';
 		pgjq_spi_run(b.dedup_key ? &plan_fail_schedule_anchor : &plan_fail_schedule,
 					 values, nulls, 0);
 		if (SPI_processed != 1)
@@ -2394,7 +2450,7 @@ relocate(int limit)
 			continue;			/* already in a row */
 		for (int j = i; j < n; j++)
 			if (st[j].node == -1 && st[j].token == st[i].token &&
-				st[j].lease_until == st[i].lease_until)
+				st[j].lease_until == st[i].lease_until && st[j].deadline == st[i].deadline)
 			{
 				ids[m++] = st[j].id;
 				st[j].node = -2;
@@ -2404,7 +2460,8 @@ relocate(int limit)
 					  claim_worker(st[i].claim_slot, &st[i].claim_tid, st[i].token),
 					  st[i].deadline, &ctid);
 		for (int j = i; j < n; j++)
-			if (st[j].token == st[i].token && st[j].lease_until == st[i].lease_until)
+			if (st[j].token == st[i].token && st[j].lease_until == st[i].lease_until &&
+				st[j].deadline == st[i].deadline)
 				st[j].claim_tid = ctid;
 	}
 	/* and the cancellation requests, whose 'q' rows go with the old slot too */

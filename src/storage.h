@@ -116,6 +116,8 @@ typedef struct PgjqNewJobs
 	bool	   *dedup_key_nulls;
 	int16		priority;
 	int32		max_attempts;
+	int64		timeout_us;		/* the jobs' own execution deadline; 0: the
+								 * queue's */
 	TimestampTz enqueued_at;
 	TimestampTz run_at;
 	/* anchors only (state 'n', no payload): the ring holds the jobs */

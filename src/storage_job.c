@@ -24,14 +24,15 @@
 
 #define HISTORY_COLUMNS \
 	"INSERT INTO pgjq.job_history (id, queue_id, state, priority, fair_key, dedup_key," \
-	" attempt, max_attempts, token, enqueued_at, finished_at, worker, last_error, payload) "
+	" attempt, max_attempts, token, enqueued_at, finished_at, worker, last_error, payload," \
+	" timeout) "
 
 /* RETURNING of a finishing statement: state, then what report_left_running() reads */
 #define HISTORY_FROM_D(state, finished, error, payload) \
 	HISTORY_COLUMNS \
 	"SELECT d.id, d.queue_id, " state ", d.priority, d.fair_key, d.dedup_key," \
 	" d.attempt, d.max_attempts, d.token, d.enqueued_at, " finished ", d.worker, " \
-	error ", " payload " FROM d RETURNING state, queue_id, fair_key"
+	error ", " payload ", d.timeout FROM d RETURNING state, queue_id, fair_key"
 
 /*
  * Each insert comes in two forms: with ON CONFLICT for jobs with a dedup_key,
@@ -40,21 +41,21 @@
  */
 #define ENQUEUE_ONE \
 	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt," \
-	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload)" \
-	" VALUES ($1, $2, $3, $4, COALESCE($5, ''), $6, 0, $7, 0, $8, $9, false, $10)"
+	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload, timeout)" \
+	" VALUES ($1, $2, $3, $4, COALESCE($5, ''), $6, 0, $7, 0, $8, $9, false, $10, $11)"
 #define ENQUEUE_ONE_TYPES \
-	10, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, \
-	TIMESTAMPTZOID, JSONBOID}
+	11, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, \
+	TIMESTAMPTZOID, JSONBOID, INTERVALOID}
 #define ENQUEUE_MANY \
 	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt," \
-	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload)" \
+	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload, timeout)" \
 	" SELECT t.id, $1, $2, $3, COALESCE(t.fair_key, ''), t.dedup_key, 0, $4, 0, $5, $6, false," \
-	"        t.payload" \
+	"        t.payload, $11" \
 	"   FROM unnest($7::int8[], $8::jsonb[], $9::text[], $10::text[])" \
 	"        AS t(id, payload, fair_key, dedup_key)"
 #define ENQUEUE_MANY_TYPES \
-	10, {INT4OID, CHAROID, INT2OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8ARRAYOID, \
-	JSONBARRAYOID, TEXTARRAYOID, TEXTARRAYOID}
+	11, {INT4OID, CHAROID, INT2OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8ARRAYOID, \
+	JSONBARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INTERVALOID}
 #define ON_DEDUP_CONFLICT \
 	" ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
 
@@ -104,10 +105,10 @@ static PgjqPlan plan_retry_dead = {
 	"       RETURNING h.*),"
 	" r AS (INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
 	"        max_attempts, token, enqueued_at, run_at, worker, last_error, cancel_requested,"
-	"        payload)"
+	"        payload, timeout)"
 	" SELECT d.id, d.queue_id, 'r', d.priority, d.fair_key, d.dedup_key, 0, d.max_attempts,"
 	"        d.token, d.enqueued_at, $3, d.worker, d.last_error, false,"
-	"        COALESCE(d.payload, '{}')"
+	"        COALESCE(d.payload, '{}'), d.timeout"
 	"   FROM d"
 	" ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
 	" RETURNING id, queue_id),"
@@ -201,8 +202,8 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 	if (npending == 1)
 	{
 		int			i = pending[0];
-		Datum		values[10];
-		char		nulls[11] = "          ";
+		Datum		values[11];
+		char		nulls[12] = "           ";
 
 		values[0] = Int64GetDatum(assigned[i]);
 		values[1] = Int32GetDatum(queue_id);
@@ -220,6 +221,9 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 		values[7] = TimestampTzGetDatum(jobs->enqueued_at);
 		values[8] = TimestampTzGetDatum(jobs->run_at > jobs->enqueued_at ? jobs->run_at : jobs->enqueued_at);
 		values[9] = jobs->anchors ? empty : jobs->payloads[i];
+		values[10] = jobs->timeout_us > 0 ? pgjq_interval_datum(jobs->timeout_us) : (Datum) 0;
+		if (jobs->timeout_us <= 0)
+			nulls[10] = 'n';
 		pgjq_spi_run(nulls[5] == 'n' ? &plan_enqueue_one : &plan_enqueue_one_dedup,
 					 values, nulls, 0);
 		if (SPI_processed == 1)
@@ -239,7 +243,8 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 		Datum	   *dks = palloc(sizeof(Datum) * npending);
 		bool	   *dknulls = palloc(sizeof(bool) * npending);
 		int64	   *sorted = palloc(sizeof(int64) * npending);
-		Datum		values[10];
+		Datum		values[11];
+		char		nulls[12] = "           ";
 		bool		any_dedup = false;
 
 		for (int k = 0; k < npending; k++)
@@ -265,7 +270,10 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 		values[7] = PointerGetDatum(datum_array(payloads, NULL, npending, JSONBOID));
 		values[8] = PointerGetDatum(datum_array(fks, fknulls, npending, TEXTOID));
 		values[9] = PointerGetDatum(datum_array(dks, dknulls, npending, TEXTOID));
-		pgjq_spi_run(any_dedup ? &plan_enqueue_many_dedup : &plan_enqueue_many, values, NULL, 0);
+		values[10] = jobs->timeout_us > 0 ? pgjq_interval_datum(jobs->timeout_us) : (Datum) 0;
+		if (jobs->timeout_us <= 0)
+			nulls[10] = 'n';
+		pgjq_spi_run(any_dedup ? &plan_enqueue_many_dedup : &plan_enqueue_many, values, nulls, 0);
 
 		/* assigned ids ascend with position (one nextval each, in order) */
 		for (uint64 r = 0; r < SPI_processed; r++)

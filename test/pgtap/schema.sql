@@ -38,8 +38,8 @@ SELECT set_eq(
 		('resume(queue text) -> void'),
 		('purge(queue text) -> bigint'),
 		('list_queues(OUT queue text, OUT lease interval, OUT max_attempts integer, OUT backoff_base interval, OUT backoff_max interval, OUT retention interval, OUT concurrency integer, OUT key_concurrency integer, OUT rate double precision, OUT burst integer, OUT paused boolean, OUT created_at timestamp with time zone, OUT timeout interval) -> SETOF record'),
-		('enqueue(queue text, payload jsonb, delay interval, run_at timestamp with time zone, priority integer, fair_key text, dedup_key text, max_attempts integer) -> bigint'),
-		('enqueue_many(queue text, payloads jsonb[], delay interval, run_at timestamp with time zone, priority integer, fair_keys text[], dedup_keys text[]) -> SETOF bigint'),
+		('enqueue(queue text, payload jsonb, delay interval, run_at timestamp with time zone, priority integer, fair_key text, dedup_key text, max_attempts integer, timeout interval) -> bigint'),
+		('enqueue_many(queue text, payloads jsonb[], delay interval, run_at timestamp with time zone, priority integer, fair_keys text[], dedup_keys text[], timeout interval) -> SETOF bigint'),
 		('claim(queue text, batch integer, lease interval, worker text, wait interval) -> SETOF pgjq.claimed'),
 		('claim(queues text[], batch integer, lease interval, worker text, wait interval) -> SETOF pgjq.claimed'),
 		('procedure await(IN queues text[], IN wait interval)'),
@@ -77,9 +77,9 @@ SELECT lives_ok($$PREPARE named_args AS
 		   pgjq.drop_queue(queue => 'x', force => true),
 		   pgjq.pause(queue => 'x'), pgjq.resume(queue => 'x'), pgjq.purge(queue => 'x'),
 		   pgjq.enqueue(queue => 'x', payload => '{}', delay => '1 s', run_at => now(), priority => 1,
-						fair_key => 'f', dedup_key => 'd', max_attempts => 1),
+						fair_key => 'f', dedup_key => 'd', max_attempts => 1, timeout => '1 s'),
 		   pgjq.enqueue_many(queue => 'x', payloads => ARRAY['{}'::jsonb], delay => '1 s', run_at => now(),
-							 priority => 1, fair_keys => ARRAY['f'], dedup_keys => ARRAY['d']),
+							 priority => 1, fair_keys => ARRAY['f'], dedup_keys => ARRAY['d'], timeout => '1 s'),
 		   pgjq.claim(queue => 'x', batch => 1, lease => '1 s', worker => 'w', wait => '1 s'),
 		   pgjq.claim(queues => ARRAY['x'], batch => 1, lease => '1 s', worker => 'w', wait => '1 s'),
 		   pgjq.complete(id => 1, token => 1), pgjq.complete(ids => ARRAY[1::bigint], tokens => ARRAY[1::bigint]),
@@ -141,17 +141,17 @@ SELECT is_empty(
 SELECT function_returns('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text', 'interval'], 'setof pgjq.claimed');
 SELECT function_returns('pgjq', 'claim', ARRAY['text[]', 'integer', 'interval', 'text', 'interval'], 'setof pgjq.claimed');
 SELECT function_returns('pgjq', 'enqueue',
-	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer'], 'bigint');
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval'], 'bigint');
 SELECT function_returns('pgjq', 'complete', ARRAY['bigint', 'bigint', 'jsonb'], 'boolean');
 SELECT function_returns('pgjq', 'complete', ARRAY['bigint[]', 'bigint[]', 'jsonb[]'], 'bigint');
 SELECT function_returns('pgjq', 'fail', ARRAY['bigint', 'bigint', 'text', 'interval'], 'text');
 SELECT function_returns('pgjq', 'heartbeat', ARRAY['bigint', 'bigint', 'interval'], 'timestamp with time zone');
 SELECT is_definer('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text', 'interval']);
 SELECT is_definer('pgjq', 'enqueue',
-	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer']);
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval']);
 SELECT volatility_is('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text', 'interval'], 'volatile');
 SELECT volatility_is('pgjq', 'enqueue',
-	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer'], 'volatile');
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval'], 'volatile');
 
 -- ------------------------------------------------------------------- tables
 
