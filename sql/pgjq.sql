@@ -176,6 +176,25 @@ SELECT pg_catalog.pg_extension_config_dump('pgjq.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.job', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.job_history', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.job_done', '');
+
+/*
+ * Periodic jobs (src/schedule.c): one row per schedule, with the next slot
+ * to fire.  The worker fires due slots in the transaction that moves
+ * next_slot on, so each slot is enqueued exactly once.
+ */
+CREATE TABLE pgjq.schedules (
+	name			text NOT NULL PRIMARY KEY,
+	cron			text NOT NULL,
+	queue			text NOT NULL,
+	payload			jsonb NOT NULL,
+	time_zone		text NOT NULL,
+	catch_up		text NOT NULL CHECK (catch_up IN ('none', 'one', 'all')),
+	next_slot		timestamptz NOT NULL,
+	last_slot		timestamptz,	/* the latest slot enqueued */
+	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE pgjq.schedules IS 'periodic jobs: one row per schedule (private: use schedule(), unschedule(), list_schedules())';
+SELECT pg_catalog.pg_extension_config_dump('pgjq.schedules', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.history_partition', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.token_seq', '');
@@ -519,6 +538,58 @@ RETURNS record
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_maintain';
 COMMENT ON FUNCTION pgjq.maintain() IS 'promote(), rescue() and prune() in one call';
+
+/* ------------------------------------------------------- periodic jobs */
+
+CREATE FUNCTION pgjq.schedule(
+	name text,
+	cron text,
+	queue text,
+	payload jsonb DEFAULT '{}',
+	time_zone text DEFAULT 'UTC',
+	catch_up text DEFAULT 'one')
+RETURNS timestamptz
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_schedule';
+COMMENT ON FUNCTION pgjq.schedule(text, text, text, jsonb, text, text) IS 'create or replace a periodic job: one job per slot of the cron expression, in time_zone; returns the first slot';
+
+CREATE FUNCTION pgjq.unschedule(name text)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_unschedule';
+COMMENT ON FUNCTION pgjq.unschedule(text) IS 'remove a schedule; false if there was none';
+
+CREATE FUNCTION pgjq.list_schedules(
+	OUT name text,
+	OUT cron text,
+	OUT queue text,
+	OUT payload jsonb,
+	OUT time_zone text,
+	OUT catch_up text,
+	OUT next_slot timestamptz,
+	OUT last_slot timestamptz,
+	OUT created_at timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT s.name, s.cron, s.queue, s.payload, s.time_zone, s.catch_up, s.next_slot,
+		   s.last_slot, s.created_at
+	  FROM pgjq.schedules s
+	 ORDER BY s.name
+$$;
+COMMENT ON FUNCTION pgjq.list_schedules() IS 'every schedule, its next slot and the last one enqueued';
+
+/* Internal: the next n slots of a cron expression after a time (tests, previews). */
+CREATE FUNCTION pgjq._cron_slots(cron text, time_zone text, after timestamptz, n integer)
+RETURNS SETOF timestamptz
+LANGUAGE C STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_cron_slots';
+
+/* Internal: fire the due schedules now, in the caller's transaction (the worker does it). */
+CREATE FUNCTION pgjq._fire_schedules()
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_fire_schedules';
 
 /* -------------------------------------------------------- observability */
 

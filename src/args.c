@@ -119,7 +119,11 @@ pgjq_arg_interval(FunctionCallInfo fcinfo, int argno, const char *argname,
 {
 	int64		us;
 
-	if (PG_ARGISNULL(argno))
+	/*
+	 * An argument the SQL declaration lacks (an older schema, before ALTER
+	 * EXTENSION UPDATE, calling this library) takes its default
+	 */
+	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
 		return default_us;
 	us = pgjq_interval_usec(PG_GETARG_INTERVAL_P(argno));
 	if (us < min_us || (!min_inclusive && us == min_us) || us > max_us)

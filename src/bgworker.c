@@ -576,6 +576,9 @@ worker_pass(WorkerState *ws)
 			failed = true;
 		if (!run_chunks("pgjq: promote", pgjq_maintenance_promote_chunk, &progress, &more))
 			failed = true;
+		/* periodic jobs: each due slot enqueued once (schedule.c) */
+		if (!run_chunks("pgjq: schedules", pgjq_schedule_fire_chunk, &progress, &more))
+			failed = true;
 		/* the ring's space: a truncation or a chunk of relocated jobs each */
 		if (!ring_reclaim(&progress, &more))
 			failed = true;

@@ -219,6 +219,7 @@ pgjq_maintenance_next_deadline(void)
 
 	pgjq_storage_begin();
 	t = Min(pgjq_storage_next_deadline(), pgjq_ring_next_deadline());
+	t = Min(t, pgjq_schedule_next_slot());
 	pgjq_storage_end();
 	return t;
 }

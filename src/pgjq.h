@@ -75,6 +75,10 @@ extern int64 pgjq_maintenance_ring_reclaim_chunk(void);
 extern void pgjq_maintenance_prune_prepare(void);
 extern int64 pgjq_maintenance_summarize(void);
 extern int	pgjq_maintenance_prune_one(int skip, int64 *pruned);
+
+/* schedule.c: periodic jobs, fired by the background worker */
+extern int64 pgjq_schedule_fire_chunk(void);
+extern TimestampTz pgjq_schedule_next_slot(void);
 extern TimestampTz pgjq_maintenance_next_deadline(void);
 
 /* The largest batch claim() hands out and the largest enqueue_many() call. */
