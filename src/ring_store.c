@@ -453,9 +453,14 @@ body_read(HeapTuple tup, TupleDesc desc, BodyRow *b)
 	b->run_at = isnull ? 0 : DatumGetTimestampTz(d);
 	d = heap_getattr(tup, B_DEDUP, desc, &isnull);
 	b->dedup_key = isnull ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
-	/* a body written before the column existed has fewer attributes: NULL */
-	d = heap_getattr(tup, B_TIMEOUT, desc, &isnull);
-	b->timeout_us = isnull ? 0 : pgjq_interval_usec(DatumGetIntervalP(d));
+	/* a table without the column (never past its descriptor): none */
+	b->timeout_us = 0;
+	if (desc->natts >= B_TIMEOUT)
+	{
+		d = heap_getattr(tup, B_TIMEOUT, desc, &isnull);
+		if (!isnull)
+			b->timeout_us = pgjq_interval_usec(DatumGetIntervalP(d));
+	}
 }
 
 /* The body at a published position (no MVCC test: publication proves it). */
@@ -2973,9 +2978,11 @@ scan_tables(RbScan *sc, bool latest)
 					c->lease_until = Max(c->lease_until, at);
 				if (kind == 'c' && c->token == token)
 				{
-					bool		dnull;
-					Datum		d = heap_getattr(tup, L_DEADLINE, desc, &dnull);
+					bool		dnull = true;
+					Datum		d = (Datum) 0;
 
+					if (desc->natts >= L_DEADLINE)
+						d = heap_getattr(tup, L_DEADLINE, desc, &dnull);
 					c->cslots |= 1 << s;
 					c->ctids[s] = tup->t_self;
 					if (!dnull)

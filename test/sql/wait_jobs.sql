@@ -38,6 +38,11 @@ SELECT w.n, r.state, r.attempt, r.result,
   FROM pgjq.wait_jobs((SELECT array_agg(id ORDER BY n) FROM w WHERE n IN (1, 3)), '150 ms') r
   JOIN w ON w.id = r.id ORDER BY w.n;
 
+-- query cancel and statement_timeout interrupt a wait
+SET statement_timeout = '200ms';
+SELECT * FROM pgjq.wait_jobs((SELECT array_agg(id) FROM w WHERE n = 3), '10 s');
+RESET statement_timeout;
+
 -- wait => '0' looks once
 SELECT w.n, r.state FROM pgjq.wait_jobs((SELECT array_agg(id) FROM w WHERE n = 4), '0') r
   JOIN w ON w.id = r.id;
