@@ -230,13 +230,7 @@ pgjq_wait_register(int nqueues, const int32 *queue_ids, bool await)
 void
 pgjq_wait_sleep(TimestampTz until)
 {
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (until > now)
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 (long) ((until - now + 999) / 1000), PG_WAIT_EXTENSION);
-	ResetLatch(MyLatch);
-	CHECK_FOR_INTERRUPTS();
+	pgjq_wait_jobs_sleep(until);
 	pgjq_wait_rearm();
 }
 
@@ -663,7 +657,10 @@ pgjq_wait_jobs_unregister(void)
 	LWLockRelease(wshared->lock);
 }
 
-/* Sleep until `until`, a wake-up, or an interrupt (which raises here). */
+/*
+ * Sleep on the latch until `until`, a wake-up, or an interrupt (which
+ * raises here).  wait_jobs() sleeps so; a waiting claim then re-arms.
+ */
 void
 pgjq_wait_jobs_sleep(TimestampTz until)
 {
