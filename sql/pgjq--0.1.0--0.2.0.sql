@@ -573,3 +573,77 @@ REVOKE ALL ON FUNCTION pgjq.schedule(text, text, text, jsonb, text, text), pgjq.
 GRANT EXECUTE ON FUNCTION pgjq.schedule(text, text, text, jsonb, text, text), pgjq.unschedule(text),
 	pgjq.list_schedules(), pgjq._cron_slots(text, text, timestamptz, integer), pgjq._fire_schedules()
 	TO pgjq_admin;
+
+/*
+ * Held fair keys (src/key_hold.c): claims skip a held key's ready jobs until
+ * `until`.  One row per held key; shared memory takes a change at commit and
+ * reloads the rows after a start or a crash.
+ */
+CREATE TABLE pgjq.key_holds (
+	queue_id		integer NOT NULL,
+	fair_key		text COLLATE "C" NOT NULL,	/* '': the jobs without a fair key */
+	until			timestamptz NOT NULL,
+	PRIMARY KEY (queue_id, fair_key)
+);
+COMMENT ON TABLE pgjq.key_holds IS 'fair keys held until a time (private: use hold_key(), release_key(), fail(..., hold_key_for))';
+SELECT pg_catalog.pg_extension_config_dump('pgjq.key_holds', '');
+
+DROP FUNCTION pgjq.fail(bigint, bigint, text, interval);
+CREATE FUNCTION pgjq.fail(id bigint, token bigint, error text DEFAULT NULL, retry_in interval DEFAULT NULL,
+						  hold_key_for interval DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_fail';
+COMMENT ON FUNCTION pgjq.fail(bigint, bigint, text, interval, interval) IS 'report a failed attempt: ''retry'', ''dead'' or ''stale''; hold_key_for also holds the job''s fair key that long (a 429 with Retry-After)';
+
+CREATE FUNCTION pgjq.hold_key(queue text, fair_key text, until timestamptz)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_hold_key';
+COMMENT ON FUNCTION pgjq.hold_key(text, text, timestamptz) IS 'claims skip the queue''s jobs of fair_key (NULL: the jobs without one) until then, without touching them';
+
+CREATE FUNCTION pgjq.release_key(queue text, fair_key text)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_release_key';
+COMMENT ON FUNCTION pgjq.release_key(text, text) IS 'end a hold_key(); false when the key was not held';
+REVOKE ALL ON pgjq.key_holds FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgjq.fail(bigint, bigint, text, interval, interval), pgjq.hold_key(text, text, timestamptz),
+	pgjq.release_key(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.fail(bigint, bigint, text, interval, interval), pgjq.hold_key(text, text, timestamptz),
+	pgjq.release_key(text, text) TO pgjq_worker, pgjq_admin;
+CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
+	SELECT q.name AS queue,
+		   q.paused,
+		   COALESCE(u.ready, 0) OPERATOR(pg_catalog.+) COALESCE(r.ready, 0) AS ready,
+		   COALESCE(u.scheduled, 0) AS scheduled,
+		   COALESCE(r.running, 0) AS running,
+		   COALESCE(f.dead, 0) AS dead,
+		   COALESCE(c.completed, 0)::bigint AS completed,
+		   COALESCE(f.cancelled, 0) AS cancelled,
+		   pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(u.oldest_ready, r.oldest_ready) AS oldest_ready_age,
+		   u.next_run_at,
+		   q.concurrency,
+		   q.key_concurrency,
+		   q.rate,
+		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back,
+		   COALESCE(k.held_keys, 0) AS held_keys
+	  FROM pgjq.queue q
+	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN pgjq._ring_counts() r ON r.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN (SELECT j.queue_id,
+						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS ready,
+						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS scheduled,
+						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS oldest_ready,
+						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS next_run_at
+				   FROM pgjq.job j GROUP BY j.queue_id) u ON u.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN (SELECT d.queue_id, pg_catalog.sum(pg_catalog.cardinality(d.ids)) AS completed
+				   FROM pgjq.job_done d GROUP BY d.queue_id) c ON c.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN (SELECT h.queue_id,
+						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'd') AS dead,
+						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'x') AS cancelled
+				   FROM pgjq.job_history h GROUP BY h.queue_id) f ON f.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN (SELECT kh.queue_id, pg_catalog.count(*) AS held_keys FROM pgjq.key_holds kh
+				  WHERE kh.until OPERATOR(pg_catalog.>) pg_catalog.now() GROUP BY kh.queue_id) k
+			 ON k.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+COMMENT ON VIEW pgjq.queue_stats IS 'per queue: jobs in each state, the age of the oldest ready job, its limits and how many claims the limits cut short since the server started (NULL without shared_preload_libraries)';

@@ -195,6 +195,20 @@ CREATE TABLE pgjq.schedules (
 );
 COMMENT ON TABLE pgjq.schedules IS 'periodic jobs: one row per schedule (private: use schedule(), unschedule(), list_schedules())';
 SELECT pg_catalog.pg_extension_config_dump('pgjq.schedules', '');
+
+/*
+ * Held fair keys (src/key_hold.c): claims skip a held key's ready jobs until
+ * `until`.  One row per held key; shared memory takes a change at commit and
+ * reloads the rows after a start or a crash.
+ */
+CREATE TABLE pgjq.key_holds (
+	queue_id		integer NOT NULL,
+	fair_key		text COLLATE "C" NOT NULL,	/* '': the jobs without a fair key */
+	until			timestamptz NOT NULL,
+	PRIMARY KEY (queue_id, fair_key)
+);
+COMMENT ON TABLE pgjq.key_holds IS 'fair keys held until a time (private: use hold_key(), release_key(), fail(..., hold_key_for))';
+SELECT pg_catalog.pg_extension_config_dump('pgjq.key_holds', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.history_partition', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.token_seq', '');
@@ -471,11 +485,24 @@ LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_complete_many';
 COMMENT ON FUNCTION pgjq.complete(bigint[], bigint[], jsonb[]) IS 'complete many running jobs, results[i] the result of ids[i] (NULL: none); returns how many were completed (stale tokens are skipped)';
 
-CREATE FUNCTION pgjq.fail(id bigint, token bigint, error text DEFAULT NULL, retry_in interval DEFAULT NULL)
+CREATE FUNCTION pgjq.fail(id bigint, token bigint, error text DEFAULT NULL, retry_in interval DEFAULT NULL,
+						  hold_key_for interval DEFAULT NULL)
 RETURNS text
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_fail';
-COMMENT ON FUNCTION pgjq.fail(bigint, bigint, text, interval) IS 'report a failed attempt: ''retry'', ''dead'' or ''stale''';
+COMMENT ON FUNCTION pgjq.fail(bigint, bigint, text, interval, interval) IS 'report a failed attempt: ''retry'', ''dead'' or ''stale''; hold_key_for also holds the job''s fair key that long (a 429 with Retry-After)';
+
+CREATE FUNCTION pgjq.hold_key(queue text, fair_key text, until timestamptz)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_hold_key';
+COMMENT ON FUNCTION pgjq.hold_key(text, text, timestamptz) IS 'claims skip the queue''s jobs of fair_key (NULL: the jobs without one) until then, without touching them';
+
+CREATE FUNCTION pgjq.release_key(queue text, fair_key text)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_release_key';
+COMMENT ON FUNCTION pgjq.release_key(text, text) IS 'end a hold_key(); false when the key was not held';
 
 CREATE FUNCTION pgjq.heartbeat(id bigint, token bigint, extend interval DEFAULT NULL)
 RETURNS timestamptz
@@ -769,7 +796,8 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 		   q.concurrency,
 		   q.key_concurrency,
 		   q.rate,
-		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back
+		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back,
+		   COALESCE(k.held_keys, 0) AS held_keys
 	  FROM pgjq.queue q
 	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
 	  LEFT JOIN pgjq._ring_counts() r ON r.queue_id OPERATOR(pg_catalog.=) q.queue_id
@@ -784,7 +812,10 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 	  LEFT JOIN (SELECT h.queue_id,
 						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'd') AS dead,
 						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'x') AS cancelled
-				   FROM pgjq.job_history h GROUP BY h.queue_id) f ON f.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+				   FROM pgjq.job_history h GROUP BY h.queue_id) f ON f.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	  LEFT JOIN (SELECT kh.queue_id, pg_catalog.count(*) AS held_keys FROM pgjq.key_holds kh
+				  WHERE kh.until OPERATOR(pg_catalog.>) pg_catalog.now() GROUP BY kh.queue_id) k
+			 ON k.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 COMMENT ON VIEW pgjq.queue_stats IS 'per queue: jobs in each state, the age of the oldest ready job, its limits and how many claims the limits cut short since the server started (NULL without shared_preload_libraries)';
 
 /* ----------------------------------------------------------- privileges */
@@ -810,7 +841,9 @@ GRANT EXECUTE ON FUNCTION
 	pgjq.complete(bigint, bigint, jsonb),
 	pgjq.complete(bigint[], bigint[], jsonb[]),
 	pgjq.complete_and_claim(text, bigint[], bigint[], integer, interval, text, text[], jsonb[]),
-	pgjq.fail(bigint, bigint, text, interval),
+	pgjq.fail(bigint, bigint, text, interval, interval),
+	pgjq.hold_key(text, text, timestamptz),
+	pgjq.release_key(text, text),
 	pgjq.heartbeat(bigint, bigint, interval),
 	pgjq.snooze(bigint, bigint, interval),
 	pgjq.job(bigint),

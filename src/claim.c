@@ -316,8 +316,13 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 				now = GetCurrentTimestamp();
 				if (n > 0 || now >= deadline)
 					break;
-				/* a rate limit refills without any commit: wake for its token */
-				pgjq_wait_sleep(retry_in_us > 0 ? Min(deadline, now + retry_in_us) : deadline);
+
+				/*
+				 * a rate limit refills, and a held key's hold ends, without
+				 * any commit: wake for the token or the end
+				 */
+				pgjq_wait_sleep(Min(retry_in_us > 0 ? Min(deadline, now + retry_in_us) : deadline,
+									pgjq_ring_hold_next()));
 			}
 		}
 		PG_FINALLY();
@@ -696,7 +701,8 @@ pgjq_await(PG_FUNCTION_ARGS)
 #endif
 			}
 			InvalidateCatalogSnapshot();
-			pgjq_wait_sleep(token_in_us > 0 ? Min(deadline, now + token_in_us) : deadline);
+			pgjq_wait_sleep(Min(token_in_us > 0 ? Min(deadline, now + token_in_us) : deadline,
+								pgjq_ring_hold_next()));
 		}
 	}
 	PG_FINALLY();

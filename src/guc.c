@@ -18,7 +18,7 @@
  *	                          (postmaster: sizes shared memory)
  *	  pgjq.max_metrics_claims claims remembered for the run-time histogram
  *	                          (postmaster: sizes shared memory)
- *	  pgjq.ring_positions, pgjq.ring_max_in_flight, pgjq.ring_max_lanes,
+ *	  pgjq.ring_positions, pgjq.ring_max_in_flight, pgjq.ring_max_lanes, pgjq.ring_max_holds,
  *	  pgjq.ring_max_queues    the ring engine's shared-memory bounds
  *	                          (postmaster: size shared memory)
  *	  pgjq.ring_slot_rows     bodies per ring slot before producers move to
@@ -47,6 +47,7 @@ int			pgjq_max_metrics_claims = 65536;
 int			pgjq_ring_positions = 1048576;
 int			pgjq_ring_max_in_flight = 65536;
 int			pgjq_ring_max_lanes = 65536;
+int			pgjq_ring_max_holds = 4096;
 int			pgjq_ring_max_queues = 1024;
 int			pgjq_ring_slot_rows = 100000;
 
@@ -177,6 +178,14 @@ pgjq_guc_init(void)
 								"An enqueue that needs a new lane at the bound fails.",
 								&pgjq_ring_max_lanes,
 								65536, 16, 64 * 1024 * 1024,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("pgjq.ring_max_holds",
+								"Fair keys held with hold_key() (or fail(..., hold_key_for)) at once (all databases).",
+								"A hold of one more key at the bound fails.",
+								&pgjq_ring_max_holds,
+								4096, 16, 1024 * 1024,
 								PGC_POSTMASTER,
 								0,
 								NULL, NULL, NULL);

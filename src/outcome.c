@@ -339,6 +339,9 @@ pgjq_fail(PG_FUNCTION_ARGS)
 	int64		token;
 	char	   *error;
 	int64		retry_in_us;
+	int64		hold_us;
+	int32		hold_queue = 0;
+	char	   *hold_key = NULL;
 	TimestampTz now = GetCurrentTimestamp();
 	char		r;
 	const char *result = "stale";
@@ -349,10 +352,16 @@ pgjq_fail(PG_FUNCTION_ARGS)
 	token = PG_GETARG_INT64(1);
 	error = error_arg(fcinfo, 2);
 	retry_in_us = pgjq_arg_interval(fcinfo, 3, "retry_in", 0, true, MAX_DELAY_US, -1);
+	hold_us = pgjq_arg_interval(fcinfo, 4, "hold_key_for", 0, false, 365 * USECS_PER_DAY, 0);
 
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
+	/* the job's key, read while its claim is still open (key_hold.c) */
+	if (hold_us > 0 && !pgjq_ring_job_key(id, token, &hold_queue, &hold_key))
+		hold_us = 0;			/* stale: nothing changes */
 	r = pgjq_outcome_fail(id, token, error, retry_in_us, now);
+	if (r != 0 && hold_us > 0)
+		pgjq_key_hold(hold_queue, hold_key, now + hold_us);
 	if (r != 0)
 	{
 		pgjq_metrics_job_outcome(token, r == 's' ? PGJQ_M_FAILED : PGJQ_M_NCOUNTERS, now);

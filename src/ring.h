@@ -35,6 +35,7 @@
 extern int	pgjq_ring_positions;
 extern int	pgjq_ring_max_in_flight;
 extern int	pgjq_ring_max_lanes;
+extern int	pgjq_ring_max_holds;
 extern int	pgjq_ring_max_queues;
 extern int	pgjq_ring_slot_rows;
 
@@ -168,5 +169,19 @@ extern int	pgjq_ring_verify(PgjqVerifyRow **rows);
  */
 extern void pgjq_ring_counts(int32 queue_id, bool committed, int64 *ready, int64 *running,
 							 TimestampTz *oldest);
+
+/*
+ * key_hold.c: hold a fair key of a queue until a time (claims skip its
+ * ready ring jobs without touching them), or release it.  Both take effect
+ * when the transaction commits; the durable row is pgjq.key_holds.
+ */
+extern void pgjq_key_hold(int32 queue_id, const char *fair_key, TimestampTz until);
+extern bool pgjq_key_release(int32 queue_id, const char *fair_key);
+
+/* the job's queue and fair key ("" for none) if (id, token) is in flight */
+extern bool pgjq_ring_job_key(int64 id, int64 token, int32 *queue_id, char **fair_key);
+
+/* the earliest end of a hold in this database (DT_NOEND: none) */
+extern TimestampTz pgjq_ring_hold_next(void);
 
 #endif							/* PGJQ_RING_H */

@@ -159,6 +159,26 @@ typedef struct RingFlight
 
 #define RING_NO_SLOT	0xFFFF
 
+/*
+ * A held fair key (key_hold.c): claims skip its lanes until `until`.  A
+ * transaction that changes it (xid, not yet committed) leaves `until` as it
+ * is and sets new_until, taken on at its commit (0: a release).
+ */
+typedef struct RingHoldKey
+{
+	Oid			dbid;
+	int32		queue_id;
+	uint64		keyhash;		/* 0: the jobs without a fair key */
+} RingHoldKey;
+
+typedef struct RingHold
+{
+	RingHoldKey key;
+	TimestampTz until;			/* in effect: 0 while only pending */
+	TimestampTz new_until;
+	TransactionId xid;
+} RingHold;
+
 typedef struct RingSlot
 {
 	int64		open;			/* committed jobs not finished */
@@ -188,6 +208,8 @@ typedef struct RingDb
 	RingSlot	slots[RING_NSLOTS];
 	int64		truncations;
 	int64		rebuilds;
+	int32		nholds;			/* entries of ring_holds of the database */
+	TimestampTz hold_next;		/* the earliest end of one of them */
 } RingDb;
 
 typedef struct RingShared
@@ -197,6 +219,7 @@ typedef struct RingShared
 	int64		reserved;		/* node room reserved by open producers */
 	int64		held;			/* CLAIMING entries (they return on abort) */
 	int64		parked;			/* parked lanes, all databases */
+	int64		nholds;			/* ring_holds entries, all databases */
 	int32		free_head;
 	int32		ndbs;
 	RingDb	   *dbs;			/* [ndbs], after the nodes */
@@ -207,6 +230,7 @@ extern RingShared *ring;
 extern HTAB *ring_flights;
 extern HTAB *ring_lanes;
 extern HTAB *ring_queues;
+extern HTAB *ring_holds;
 
 /* ring_shmem.c: lanes and queues (caller holds ring->lock) */
 extern RingQueue *ring_queue_get(int32 queue_id, bool create);
@@ -228,6 +252,21 @@ extern RingFlight *ring_flight_find(int64 id);
 extern RingFlight *ring_flight_enter(int64 id);
 extern void ring_flight_remove(int64 id);
 extern void ring_clear_db(RingDb *db);
+
+/* key_hold.c (caller holds ring->lock; held in any mode for the test) */
+extern bool ring_lane_held(const RingLane *l);
+extern void ring_holds_expire(RingDb *db, TimestampTz now);
+extern void ring_holds_expire_due(void);	/* no lock held */
+extern void ring_holds_settle_key(int32 queue_id, uint64 keyhash);
+extern RingLane *ring_holds_held_lane(RingQueue *q);
+typedef struct RingHoldRow
+{
+	int32		queue_id;
+	uint64		keyhash;
+	TimestampTz until;
+} RingHoldRow;
+extern int	ring_holds_read(RingHoldRow **rows);	/* no lock held */
+extern void ring_holds_install(RingDb *db, const RingHoldRow *rows, int n);
 
 /* ring_shmem.c: this database's record (lock held), created if missing */
 extern RingDb *ring_db(void);

@@ -35,6 +35,7 @@ RingShared *ring = NULL;
 HTAB	   *ring_flights = NULL;
 HTAB	   *ring_lanes = NULL;
 HTAB	   *ring_queues = NULL;
+HTAB	   *ring_holds = NULL;
 
 static Size
 nodes_size(void)
@@ -57,6 +58,7 @@ pgjq_ring_shmem_size(void)
 	s = add_size(s, hash_estimate_size(pgjq_ring_max_in_flight, sizeof(RingFlight)));
 	s = add_size(s, hash_estimate_size(pgjq_ring_max_lanes, sizeof(RingLane)));
 	s = add_size(s, hash_estimate_size(pgjq_ring_max_queues, sizeof(RingQueue)));
+	s = add_size(s, hash_estimate_size(pgjq_ring_max_holds, sizeof(RingHold)));
 	return s;
 }
 
@@ -98,6 +100,11 @@ pgjq_ring_shmem_init(bool found_unused)
 	info.entrysize = sizeof(RingQueue);
 	ring_queues = ShmemInitHash("pgjq ring queues", pgjq_ring_max_queues, pgjq_ring_max_queues,
 								&info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(RingHoldKey);
+	info.entrysize = sizeof(RingHold);
+	ring_holds = ShmemInitHash("pgjq ring held keys", pgjq_ring_max_holds, pgjq_ring_max_holds,
+							   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 }
 
 void
@@ -141,6 +148,7 @@ ring_db(void)
 	{
 		memset(free_db, 0, sizeof(RingDb));
 		free_db->dbid = MyDatabaseId;
+		free_db->hold_next = DT_NOEND;
 	}
 	return free_db;
 }
@@ -182,6 +190,19 @@ ring_clear_db(RingDb *db)
 	while ((q = hash_seq_search(&hs)) != NULL)
 		if (q->key.dbid == db->dbid)
 			hash_search(ring_queues, &q->key, HASH_REMOVE, NULL);
+	{
+		RingHold   *h;
+
+		hash_seq_init(&hs, ring_holds);
+		while ((h = hash_seq_search(&hs)) != NULL)
+			if (h->key.dbid == db->dbid)
+			{
+				hash_search(ring_holds, &h->key, HASH_REMOVE, NULL);
+				ring->nholds--;
+			}
+		db->nholds = 0;
+		db->hold_next = DT_NOEND;
+	}
 	db->ready = false;
 }
 
@@ -333,7 +354,7 @@ ring_lane_settle(RingLane *l)
 	/* a parked lane without ready jobs has nothing left to hold back */
 	if (l->parked && l->count == 0)
 		lane_unpark(l);
-	want = l->count > 0 && !l->parked;
+	want = l->count > 0 && !l->parked && !ring_lane_held(l);
 	if (want && !l->linked)
 		lane_link(l);
 	else if (!want && l->linked)

@@ -1142,6 +1142,8 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		lease_until = Min(lease_until, deadline);
 	}
 	maybe_truncate();
+	/* holds that ended give their keys' lanes back first (key_hold.c) */
+	ring_holds_expire_due();
 	/* an empty poll draws no token and writes nothing */
 	LWLockAcquire(ring->lock, LW_SHARED);
 	q = ring_queue_get(queue->queue_id, false);
@@ -2536,6 +2538,35 @@ pgjq_ring_expired(TimestampTz now, int limit, int64 *ids, int64 *tokens)
 	return n;
 }
 
+bool
+pgjq_ring_job_key(int64 id, int64 token, int32 *queue_id, char **fair_key)
+{
+	RingFlight *f;
+	ItemPointerData tid;
+	int			slot = -1;
+	Relation	rel;
+	BodyRow		b;
+
+	if (ring == NULL || !maybe_in_flight(id))
+		return false;
+	LWLockAcquire(ring->lock, LW_SHARED);
+	f = ring_flight_find(id);
+	if (f != NULL && f->token == token)
+	{
+		*queue_id = f->queue_id;
+		tid = f->tid;
+		slot = f->slot;
+	}
+	LWLockRelease(ring->lock);
+	if (slot < 0)
+		return false;
+	rel = table_open(body_oid[slot], AccessShareLock);
+	body_fetch(rel, id, &tid, &b);
+	table_close(rel, NoLock);
+	*fair_key = b.fair_key ? TextDatumGetCString(b.fair_key) : "";
+	return true;
+}
+
 TimestampTz
 pgjq_ring_deadline(int64 id, int64 token)
 {
@@ -2654,6 +2685,9 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 			RingLane   *l = ring_next_lane(q);
 			RingPos		p;
 
+			/* and the lanes of held keys, out of the round robin */
+			if (l == NULL)
+				l = ring_holds_held_lane(q);
 			if (l == NULL)
 				break;
 			ring_lane_pop_front(l, &p);
@@ -3094,6 +3128,8 @@ static void
 rebuild(void)
 {
 	TimestampTz start = GetCurrentTimestamp();
+	RingHoldRow *holds;
+	int			nholds;
 	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "pgjq ring rebuild",
 											  ALLOCSET_DEFAULT_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(ctx);
@@ -3123,9 +3159,12 @@ rebuild(void)
 		list[nlist++] = b;
 	qsort(list, nlist, sizeof(RbBody *), rb_cmp);
 
+	/* the held keys, before the lanes are settled (key_hold.c) */
+	nholds = ring_holds_read(&holds);
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
 	db = ring_db();
 	ring_clear_db(db);
+	ring_holds_install(db, holds, nholds);
 	for (int64 i = 0; i < nlist && full == NULL; i++)
 	{
 		RbClaim    *c;
@@ -3954,6 +3993,7 @@ pgjq_ring_claimable(int32 queue_id)
 
 	if (ring == NULL || !ensure_ready(false))
 		return false;
+	ring_holds_expire_due();
 	LWLockAcquire(ring->lock, LW_SHARED);
 	q = ring_queue_get(queue_id, false);
 	any = q != NULL && ring_queue_claimable(q);

@@ -83,6 +83,11 @@ static PgjqPlan plan_delete_jobs = {
 	1, {INT4OID}
 };
 
+static PgjqPlan plan_delete_holds = {
+	"DELETE FROM pgjq.key_holds WHERE queue_id = $1",
+	1, {INT4OID}
+};
+
 static PgjqPlan plan_delete = {
 	"DELETE FROM pgjq.queue WHERE queue_id = $1",
 	1, {INT4OID}
@@ -426,6 +431,7 @@ pgjq_storage_queue_delete(int32 queue_id)
 	/* its jobs are gone: wait_jobs() callers look again */
 	if (SPI_processed > 0)
 		pgjq_wait_note_finished(0);
+	pgjq_spi_run(&plan_delete_holds, values, NULL, 0);
 	pgjq_spi_run(&plan_delete, values, NULL, 0);
 	queue_changed();
 }

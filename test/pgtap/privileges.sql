@@ -76,12 +76,14 @@ SELECT set_eq(
 		'pgjq.complete(bigint,bigint,jsonb)',
 		'pgjq.complete(bigint[],bigint[],jsonb[])',
 		'pgjq.complete_and_claim(text,bigint[],bigint[],integer,interval,text,text[],jsonb[])',
-		'pgjq.fail(bigint,bigint,text,interval)',
+		'pgjq.fail(bigint,bigint,text,interval,interval)',
+		'pgjq.hold_key(text,text,timestamp with time zone)',
+		'pgjq.release_key(text,text)',
 		'pgjq.heartbeat(bigint,bigint,interval)',
 		'pgjq.snooze(bigint,bigint,interval)',
 		'pgjq.job(bigint)',
 		'pgjq.wait_jobs(bigint[],interval,boolean)'],
-	'pgjq_worker can execute claim (both forms), await, complete (both forms), complete_and_claim, fail, heartbeat, snooze, job and wait_jobs, nothing else');
+	'pgjq_worker can execute claim (both forms), await, complete (both forms), complete_and_claim, fail, hold_key, release_key, heartbeat, snooze, job and wait_jobs, nothing else');
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pgjq_admin')$$,
 	$$SELECT p.oid::regprocedure::text FROM pg_proc p

@@ -46,7 +46,9 @@ SELECT set_eq(
 		('complete(id bigint, token bigint, result jsonb) -> boolean'),
 		('complete(ids bigint[], tokens bigint[], results jsonb[]) -> bigint'),
 		('complete_and_claim(queue text, ids bigint[], tokens bigint[], batch integer, lease interval, worker text, errors text[], results jsonb[]) -> SETOF pgjq.claimed'),
-		('fail(id bigint, token bigint, error text, retry_in interval) -> text'),
+		('fail(id bigint, token bigint, error text, retry_in interval, hold_key_for interval) -> text'),
+		('hold_key(queue text, fair_key text, until timestamp with time zone) -> void'),
+		('release_key(queue text, fair_key text) -> boolean'),
 		('heartbeat(id bigint, token bigint, extend interval) -> timestamp with time zone'),
 		('snooze(id bigint, token bigint, delay interval) -> boolean'),
 		('cancel(id bigint) -> boolean'),
@@ -88,7 +90,8 @@ SELECT lives_ok($$PREPARE named_args AS
 		   pgjq.complete(id => 1, token => 1), pgjq.complete(ids => ARRAY[1::bigint], tokens => ARRAY[1::bigint]),
 		   pgjq.complete_and_claim(queue => 'x', ids => ARRAY[1::bigint], tokens => ARRAY[1::bigint], batch => 1,
 								   lease => '1 s', worker => 'w', errors => ARRAY['e']),
-		   pgjq.fail(id => 1, token => 1, error => 'e', retry_in => '1 s'),
+		   pgjq.fail(id => 1, token => 1, error => 'e', retry_in => '1 s', hold_key_for => '1 s'),
+		   pgjq.hold_key(queue => 'x', fair_key => 'k', until => now()), pgjq.release_key(queue => 'x', fair_key => 'k'),
 		   pgjq.heartbeat(id => 1, token => 1, extend => '1 s'),
 		   pgjq.snooze(id => 1, token => 1, delay => '1 s'),
 		   pgjq.cancel(id => 1), pgjq.retry_dead(queue => 'x', ids => ARRAY[1::bigint]),
@@ -150,7 +153,7 @@ SELECT function_returns('pgjq', 'enqueue',
 	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval'], 'bigint');
 SELECT function_returns('pgjq', 'complete', ARRAY['bigint', 'bigint', 'jsonb'], 'boolean');
 SELECT function_returns('pgjq', 'complete', ARRAY['bigint[]', 'bigint[]', 'jsonb[]'], 'bigint');
-SELECT function_returns('pgjq', 'fail', ARRAY['bigint', 'bigint', 'text', 'interval'], 'text');
+SELECT function_returns('pgjq', 'fail', ARRAY['bigint', 'bigint', 'text', 'interval', 'interval'], 'text');
 SELECT function_returns('pgjq', 'heartbeat', ARRAY['bigint', 'bigint', 'interval'], 'timestamp with time zone');
 SELECT is_definer('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text', 'interval']);
 SELECT is_definer('pgjq', 'enqueue',

@@ -117,7 +117,7 @@ SELECT h.ord, j.state, j.worker, j.lease_until = h.lease_until AS same_lease
 COMMIT;
 
 -- each claim call wrote one log row with its token, lease and ids
-SELECT kind, cardinality(ids) AS jobs FROM pgjq.ring_log_0 WHERE token > :tok0 ORDER BY token;
+SELECT kind, cardinality(ids) AS jobs FROM pgjq.ring_log_0 WHERE token > :tok0 ORDER BY token, ctid;
 
 ---------------------------------------------------------------- complete
 SELECT pgjq.complete(:last, :tok) AS completed;
