@@ -14,9 +14,9 @@ use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(verify_ok crash_at find_pgbouncer start_pgbouncer);
+our @EXPORT = qw(verify_ok crash_at find_pgbouncer start_pgbouncer kill9_restart);
 
 # verify_ok($node, $dbname, $label): pgjq.verify() finds no disagreement
 # between shared memory and the tables; on failure the rows are the diagnostic.
@@ -128,6 +128,30 @@ sub start_pgbouncer
 	ok($ready, 'PgBouncer accepts connections')
 	  or diag slurp_file("$tmp/pgbouncer.out") . slurp_file("$tmp/pgbouncer.log");
 	return { sockdir => $sockdir, port => $port, log => "$tmp/pgbouncer.log" };
+}
+
+# kill9_restart($node, $down_secs): kill -9 of the postmaster; once its
+# orphaned children have exited (a new postmaster refuses to start while
+# they hold shared memory), wait $down_secs more and start it again.  True
+# when it started.
+sub kill9_restart
+{
+	my ($node, $down_secs) = @_;
+	open my $fh, '<', $node->data_dir . '/postmaster.pid' or die "no postmaster.pid: $!";
+	my $pm = <$fh>;
+	chomp $pm;
+	close $fh;
+	my @children = split ' ', `ps -o pid= --ppid $pm`;
+	$node->kill9;
+	my $until = time + 120;
+	usleep(100_000) while time < $until && grep { kill 0, $_ } @children;
+	sleep $down_secs if $down_secs;
+	for (1 .. 30)
+	{
+		return 1 if $node->start(fail_ok => 1);
+		sleep 1;
+	}
+	return 0;
 }
 
 1;

@@ -43,24 +43,8 @@ my ($oid, $otoken, $odeadline) = split /\|/, sql(
 	"SELECT id, token, extract(epoch FROM clock_timestamp() + interval '$timeout s') FROM pgjq.claim('plain')");
 ok($id && $token, 'a job of the timed queue claimed');
 
-# kill -9 of the postmaster; a new one starts once the orphans have exited
-{
-	open my $fh, '<', $node->data_dir . '/postmaster.pid' or die "no postmaster.pid: $!";
-	my $pm = <$fh>;
-	chomp $pm;
-	close $fh;
-	my @children = split ' ', `ps -o pid= --ppid $pm`;
-	$node->kill9;
-	my $until = time + 120;
-	usleep(100_000) while time < $until && grep { kill 0, $_ } @children;
-	my $started = 0;
-	for (1 .. 30)
-	{
-		$started = 1, last if $node->start(fail_ok => 1);
-		sleep 1;
-	}
-	ok($started, 'the server starts again after kill -9 of the postmaster');
-}
+# kill -9 of the postmaster, then start it again
+ok(kill9_restart($node, 0), 'the server starts again after kill -9 of the postmaster');
 
 my $lease = sql("SELECT extract(epoch FROM pgjq.heartbeat($id, $token, '1 hour'))");
 ok($lease ne '' && $lease <= $deadline + 0.01,

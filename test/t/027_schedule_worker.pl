@@ -37,25 +37,8 @@ ok( $node->poll_query_until(
 		'postgres', q{SELECT ready >= 6 FROM pgjq.queue_stats WHERE queue = 'tick'}),
 	'the worker enqueues the jobs of each second');
 
-# kill -9 of the postmaster, 3 s down, then start again
-{
-	open my $fh, '<', $node->data_dir . '/postmaster.pid' or die "no postmaster.pid: $!";
-	my $pm = <$fh>;
-	chomp $pm;
-	close $fh;
-	my @children = split ' ', `ps -o pid= --ppid $pm`;
-	$node->kill9;
-	my $until = time + 120;
-	usleep(100_000) while time < $until && grep { kill 0, $_ } @children;
-	sleep 3;
-	my $started = 0;
-	for (1 .. 30)
-	{
-		$started = 1, last if $node->start(fail_ok => 1);
-		sleep 1;
-	}
-	ok($started, 'the server starts again after kill -9 of the postmaster');
-}
+# kill -9 of the postmaster, 3 s down, then start it again
+ok(kill9_restart($node, 3), 'the server starts again after kill -9 of the postmaster');
 my $restarted = time;
 # three more seconds of ticks after the restart
 ok( $node->poll_query_until(

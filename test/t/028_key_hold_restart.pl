@@ -33,24 +33,8 @@ SELECT count(*) FROM pgjq.enqueue_many('kr', array_fill('{}'::jsonb, ARRAY[4]),
 SELECT pgjq.hold_key('kr', 'held', now() + interval '1 hour');});
 is(sql(q{SELECT string_agg(fair_key, ',') FROM pgjq.claim('kr', 1)}), 'free', 'before: the free key only');
 
-# kill -9 of the postmaster; a new one starts once the orphans have exited
-{
-	open my $fh, '<', $node->data_dir . '/postmaster.pid' or die "no postmaster.pid: $!";
-	my $pm = <$fh>;
-	chomp $pm;
-	close $fh;
-	my @children = split ' ', `ps -o pid= --ppid $pm`;
-	$node->kill9;
-	my $until = time + 120;
-	usleep(100_000) while time < $until && grep { kill 0, $_ } @children;
-	my $started = 0;
-	for (1 .. 30)
-	{
-		$started = 1, last if $node->start(fail_ok => 1);
-		sleep 1;
-	}
-	ok($started, 'the server starts again after kill -9 of the postmaster');
-}
+# kill -9 of the postmaster, then start it again
+ok(kill9_restart($node, 0), 'the server starts again after kill -9 of the postmaster');
 
 is(sql(q{SELECT string_agg(fair_key, ',') FROM pgjq.claim('kr', 10)}), 'free',
 	'after the restart: still the free key only');
