@@ -99,9 +99,11 @@ COMMIT;
 SELECT pgjq.create_queue('qs_gone');
 SELECT pgjq.schedule('orphan', '* * * * *', 'qs_gone') IS NOT NULL AS ok;
 SELECT pgjq.drop_queue('qs_gone');
-UPDATE pgjq.schedules SET next_slot = now() - interval '1 second' WHERE name = 'orphan';
+BEGIN;
+UPDATE pgjq.schedules SET next_slot = date_trunc('minute', now()) WHERE name = 'orphan';
 SELECT pgjq._fire_schedules();
 SELECT next_slot > now() AS moved_on FROM pgjq.list_schedules() WHERE name = 'orphan';
+COMMIT;
 
 -- only pgjq_admin may schedule
 SELECT has_function_privilege('pgjq_producer', 'pgjq.schedule(text, text, text, jsonb, text, text)', 'EXECUTE') AS producer,
