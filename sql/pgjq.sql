@@ -93,7 +93,8 @@ CREATE TABLE pgjq.job (
 	last_error		text,
 	cancel_requested boolean NOT NULL,
 	payload			jsonb NOT NULL,
-	timeout			interval	/* its own execution deadline; NULL: the queue's */
+	timeout			interval,	/* its own execution deadline; NULL: the queue's */
+	dedup_scope		"char"	/* 'w': its dedup_key is held only until a claim; NULL: until it ends */
 );
 COMMENT ON TABLE pgjq.job IS 'unfinished jobs outside the ring: scheduled, ready, dedup anchors (private)';
 
@@ -209,6 +210,23 @@ CREATE TABLE pgjq.key_holds (
 );
 COMMENT ON TABLE pgjq.key_holds IS 'fair keys held until a time (private: use hold_key(), release_key(), fail(..., hold_key_for))';
 SELECT pg_catalog.pg_extension_config_dump('pgjq.key_holds', '');
+
+/*
+ * Dedup keys held for a period from an enqueue (enqueue(..., dedup_for)),
+ * whatever becomes of the job: a duplicate until `until` gets job_id.  The
+ * worker deletes the rows that ended; a later enqueue takes over one that
+ * ended before the worker came by.
+ */
+CREATE TABLE pgjq.dedup_period (
+	queue_id		integer NOT NULL,
+	dedup_key		text COLLATE "C" NOT NULL,
+	job_id			bigint NOT NULL,
+	until			timestamptz NOT NULL,
+	PRIMARY KEY (queue_id, dedup_key)
+);
+CREATE INDEX dedup_period_until_idx ON pgjq.dedup_period (until);
+COMMENT ON TABLE pgjq.dedup_period IS 'dedup keys held for a period from an enqueue (private: use enqueue(..., dedup_for))';
+SELECT pg_catalog.pg_extension_config_dump('pgjq.dedup_period', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.history_partition', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.token_seq', '');
@@ -247,7 +265,8 @@ CREATE TABLE pgjq.ring_body_0 (
 	last_error		text,	/* of the attempt before (a promoted retry); NULL costs no byte */
 	run_at			timestamptz,	/* when a promoted job fell due; NULL: enqueued_at */
 	dedup_key		text COLLATE "C",	/* its anchor in pgjq.job (state 'n'); NULL: none */
-	timeout			interval	/* its own execution deadline from a claim; NULL: the queue's */
+	timeout			interval,	/* its own execution deadline from a claim; NULL: the queue's */
+	dedup_scope		"char"	/* 'w': the claim deletes its anchor; NULL: its end does */
 ) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_1 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
 CREATE TABLE pgjq.ring_body_2 (LIKE pgjq.ring_body_0) WITH (autovacuum_enabled = false, fillfactor = 100);
@@ -389,11 +408,15 @@ CREATE FUNCTION pgjq.enqueue(
 	fair_key text DEFAULT NULL,
 	dedup_key text DEFAULT NULL,
 	max_attempts integer DEFAULT NULL,
-	timeout interval DEFAULT NULL)
+	timeout interval DEFAULT NULL,
+	dedup_scope text DEFAULT NULL,
+	dedup_for interval DEFAULT NULL,
+	on_duplicate text DEFAULT NULL,
+	debounce_max interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_enqueue';
-COMMENT ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval) IS 'add one job; returns its id (or the existing job''s id for a duplicate dedup_key)';
+COMMENT ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval, text, interval, text, interval) IS 'add one job; returns its id (or the existing job''s id for a duplicate dedup_key)';
 
 CREATE FUNCTION pgjq.enqueue_many(
 	queue text,
@@ -403,12 +426,16 @@ CREATE FUNCTION pgjq.enqueue_many(
 	priority integer DEFAULT 0,
 	fair_keys text[] DEFAULT NULL,
 	dedup_keys text[] DEFAULT NULL,
-	timeout interval DEFAULT NULL)
+	timeout interval DEFAULT NULL,
+	dedup_scope text DEFAULT NULL,
+	dedup_for interval DEFAULT NULL,
+	on_duplicate text DEFAULT NULL,
+	debounce_max interval DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 ROWS 100
 AS 'MODULE_PATHNAME', 'pgjq_enqueue_many';
-COMMENT ON FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval) IS 'add many jobs in one statement; returns their ids in input order';
+COMMENT ON FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval, text, interval, text, interval) IS 'add many jobs in one statement; returns their ids in input order';
 
 /* ---------------------------------------------------------------- claim */
 
@@ -826,8 +853,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgjq FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA pgjq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-	pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval),
-	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval),
+	pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval, text, interval, text, interval),
+	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval, text, interval, text, interval),
 	pgjq.cancel(bigint),
 	pgjq.cancel_many(bigint[]),
 	pgjq.cancel_key(text, text),

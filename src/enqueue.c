@@ -17,6 +17,7 @@
  */
 #include "metrics.h"
 #include "args.h"
+#include "dedup.h"
 #include "ring.h"
 #include "storage.h"
 
@@ -108,6 +109,7 @@ pgjq_enqueue(PG_FUNCTION_ARGS)
 	bool		dedup_null = PG_ARGISNULL(6);
 	int64		id;
 	PgjqQueue	queue;
+	PgjqDedup	dedup;
 
 	pgjq_arg_not_null(fcinfo, 1, "payload");
 	payload = PG_GETARG_DATUM(1);
@@ -129,6 +131,7 @@ pgjq_enqueue(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_attempts must be between 1 and %d", 10000)));
 	jobs.timeout_us = pgjq_arg_interval(fcinfo, 8, "timeout", 0, false, 365 * USECS_PER_DAY, 0);
+	pgjq_dedup_args(fcinfo, 9, !dedup_null, "a dedup_key", &dedup);
 
 	jobs.n = 1;
 	jobs.ids = &id;
@@ -142,7 +145,7 @@ pgjq_enqueue(PG_FUNCTION_ARGS)
 	pgjq_storage_begin();
 	queue_for_enqueue(name, &queue);
 	jobs.max_attempts = PG_ARGISNULL(7) ? queue.max_attempts : PG_GETARG_INT32(7);
-	store_jobs(&queue, &jobs);
+	pgjq_dedup_store(&queue, &jobs, &dedup, store_jobs);
 	pgjq_storage_end();
 	pgjq_metrics_count(queue.queue_id, PGJQ_M_ENQUEUED, jobs.n);
 
@@ -194,6 +197,7 @@ pgjq_enqueue_many(PG_FUNCTION_ARGS)
 	bool	   *payload_nulls = NULL;
 	int			count;
 	PgjqQueue	queue;
+	PgjqDedup	dedup;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
 	if (n > PGJQ_MAX_ENQUEUE_MANY)
@@ -206,6 +210,7 @@ pgjq_enqueue_many(PG_FUNCTION_ARGS)
 	parallel_keys(fcinfo, 5, "fair_keys", n, &jobs.fair_keys, &jobs.fair_key_nulls);
 	parallel_keys(fcinfo, 6, "dedup_keys", n, &jobs.dedup_keys, &jobs.dedup_key_nulls);
 	jobs.timeout_us = pgjq_arg_interval(fcinfo, 7, "timeout", 0, false, 365 * USECS_PER_DAY, 0);
+	pgjq_dedup_args(fcinfo, 8, jobs.dedup_keys != NULL || !PG_ARGISNULL(6), "dedup_keys", &dedup);
 	if (n > 0)
 	{
 		deconstruct_array(payloads, JSONBOID, -1, false, TYPALIGN_INT,
@@ -237,7 +242,7 @@ pgjq_enqueue_many(PG_FUNCTION_ARGS)
 	pgjq_storage_begin();
 	queue_for_enqueue(name, &queue);
 	jobs.max_attempts = queue.max_attempts;
-	store_jobs(&queue, &jobs);
+	pgjq_dedup_store(&queue, &jobs, &dedup, store_jobs);
 	pgjq_storage_end();
 	pgjq_metrics_count(queue.queue_id, PGJQ_M_ENQUEUED, jobs.n);
 

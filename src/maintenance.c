@@ -16,6 +16,7 @@
  *-------------------------------------------------------------------------
  */
 #include "args.h"
+#include "dedup.h"
 #include "metrics.h"
 #include "ring.h"
 #include "storage.h"
@@ -29,6 +30,8 @@ PG_FUNCTION_INFO_V1(pgjq_promote);
 PG_FUNCTION_INFO_V1(pgjq_rescue);
 PG_FUNCTION_INFO_V1(pgjq_prune);
 PG_FUNCTION_INFO_V1(pgjq_maintain);
+
+#define DEDUP_PRUNE_CHUNK 10000
 
 
 /* Maintenance writes: refuse clearly on a hot standby. */
@@ -146,16 +149,23 @@ pgjq_maintenance_prune(void)
 
 	pgjq_storage_begin();
 	n = pgjq_history_prune(GetCurrentTimestamp());
+	/* and the dedup_for keys that ended (not counted: they are no jobs) */
+	while (pgjq_dedup_prune(GetCurrentTimestamp(), DEDUP_PRUNE_CHUNK) == DEDUP_PRUNE_CHUNK)
+		CHECK_FOR_INTERRUPTS();
 	pgjq_storage_end();
 	return n;
 }
 
-/* The worker's first prune step: create partitions ahead, record queues. */
+/*
+ * The worker's first prune step: create partitions ahead, record queues,
+ * delete a chunk of dedup_for keys that ended.
+ */
 void
 pgjq_maintenance_prune_prepare(void)
 {
 	pgjq_storage_begin();
 	pgjq_history_prepare(GetCurrentTimestamp());
+	(void) pgjq_dedup_prune(GetCurrentTimestamp(), DEDUP_PRUNE_CHUNK);
 	pgjq_storage_end();
 }
 

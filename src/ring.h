@@ -129,6 +129,16 @@ extern bool pgjq_ring_request_cancel(int64 id);
 /* cancel of a ready ring job: it ends as cancelled; false if none */
 extern bool pgjq_ring_take_ready(int64 id);
 
+/*
+ * on_duplicate => 'replace' (dedup.c): a ready ring job's next version, with
+ * payload, waits in pgjq.job until *run_at (due, bounded by debounce_max
+ * after its enqueue), *state 's' or 'r'; false, nothing changed, if id is
+ * not a ready ring job
+ */
+extern bool pgjq_ring_replace_ready(int64 id, Datum payload, TimestampTz due,
+									int64 debounce_max_us, TimestampTz now, char *state,
+									TimestampTz *run_at);
+
 /* ring claims whose lease ended before now (at most limit) */
 extern int	pgjq_ring_running_keys(int32 queue_id, int32 **qids, uint64 **hashes,
 								   int64 **counts);

@@ -82,7 +82,8 @@
 #define B_RUNAT		11
 #define B_DEDUP		12
 #define B_TIMEOUT	13
-#define B_NATTS		13
+#define B_SCOPE		14
+#define B_NATTS		14
 
 /* relation OIDs of this database, looked up once per backend and database */
 static Oid	cached_db = InvalidOid;
@@ -391,10 +392,19 @@ typedef struct BodyRow
 	TimestampTz run_at;			/* 0: enqueued_at */
 	Datum		dedup_key;		/* text or 0: it has an anchor in pgjq.job */
 	int64		timeout_us;		/* its own execution deadline; 0: the queue's */
+	char		dedup_scope;	/* 'w': its claim deletes the anchor; 0: its
+								 * end */
 } BodyRow;
+
+/*
+ * Whether a job with this body has its dedup anchor in pgjq.job while it
+ * runs: a 'waiting' key went with its claim.
+ */
+#define BODY_ANCHORED_RUNNING(b) ((b)->dedup_key != (Datum) 0 && (b)->dedup_scope != 'w')
 
 static bool standby_job(int64 id, char *state, TimestampTz *lease, char **worker, bool *cancel,
 						BodyRow *b);
+static void anchors_end(int n, const int64 *ids);
 
 static void
 body_values(const BodyRow *b, Datum *values, bool *nulls)
@@ -425,6 +435,8 @@ body_values(const BodyRow *b, Datum *values, bool *nulls)
 	nulls[B_DEDUP - 1] = b->dedup_key == (Datum) 0;
 	values[B_TIMEOUT - 1] = b->timeout_us > 0 ? pgjq_interval_datum(b->timeout_us) : (Datum) 0;
 	nulls[B_TIMEOUT - 1] = b->timeout_us <= 0;
+	values[B_SCOPE - 1] = CharGetDatum(b->dedup_scope);
+	nulls[B_SCOPE - 1] = b->dedup_scope == 0;
 }
 
 /* A body row's fields; payload and key detoasted copies in the current context. */
@@ -460,6 +472,13 @@ body_read(HeapTuple tup, TupleDesc desc, BodyRow *b)
 		d = heap_getattr(tup, B_TIMEOUT, desc, &isnull);
 		if (!isnull)
 			b->timeout_us = pgjq_interval_usec(DatumGetIntervalP(d));
+	}
+	b->dedup_scope = 0;
+	if (desc->natts >= B_SCOPE)
+	{
+		d = heap_getattr(tup, B_SCOPE, desc, &isnull);
+		if (!isnull)
+			b->dedup_scope = DatumGetChar(d);
 	}
 }
 
@@ -849,13 +868,16 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 			created[pos[j]] = a.created[j];
 		}
 	}
+	if (jobs->created)
+		for (int i = 0; i < n; i++)
+			jobs->created[i] = !keyed || created[i];
 	for (int i = 0; i < n; i++)
 	{
 		BodyRow    *b = &rows[m];
 
 		if (keyed && !created[i])
 			continue;
-		if (keyed && !jobs->dedup_key_nulls[i])
+		if ((keyed && !jobs->dedup_key_nulls[i]) || jobs->ids_given)
 			b->id = jobs->ids[i];
 		else
 		{
@@ -875,6 +897,7 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
 		b->last_error = (Datum) 0;
 		b->run_at = 0;
 		b->dedup_key = keyed && !jobs->dedup_key_nulls[i] ? jobs->dedup_keys[i] : (Datum) 0;
+		b->dedup_scope = b->dedup_key ? jobs->dedup_scope : 0;
 		b->timeout_us = jobs->timeout_us;
 		m++;
 	}
@@ -904,12 +927,12 @@ static PgjqPlan plan_promote_out = {
 	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = ANY ($1) AND j.dedup_key IS NULL"
 	"            RETURNING j.id, j.queue_id, j.priority, j.fair_key, j.attempt, j.max_attempts,"
 	"                      j.token, j.enqueued_at, j.payload, j.last_error, j.run_at, j.dedup_key,"
-	"                      j.timeout),"
+	"                      j.timeout, j.dedup_scope),"
 	" a AS (UPDATE pgjq.job j SET state = 'n', payload = '{}', last_error = NULL, worker = NULL"
 	"         FROM pgjq.job o WHERE o.id = j.id AND j.id = ANY ($1) AND j.dedup_key IS NOT NULL"
 	"            RETURNING o.id, o.queue_id, o.priority, o.fair_key, o.attempt, o.max_attempts,"
 	"                      o.token, o.enqueued_at, o.payload, o.last_error, o.run_at, o.dedup_key,"
-	"                      o.timeout)"
+	"                      o.timeout, o.dedup_scope)"
 	" SELECT * FROM (SELECT * FROM d UNION ALL SELECT * FROM a) x ORDER BY queue_id, run_at, id",
 	1, {INT8ARRAYOID}
 };
@@ -1005,6 +1028,8 @@ promote_picked(void)
 		b->dedup_key = isnull ? (Datum) 0 : datumCopy(d, false, -1);
 		d = pgjq_spi_get(r, 13, &isnull);
 		b->timeout_us = isnull ? 0 : pgjq_interval_usec(DatumGetIntervalP(d));
+		d = pgjq_spi_get(r, 14, &isnull);
+		b->dedup_scope = isnull || b->dedup_key == (Datum) 0 ? 0 : DatumGetChar(d);
 	}
 	MemoryContextSwitchTo(old);
 	for (int a = 0, z; a < n; a = z)
@@ -1128,6 +1153,9 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	TimestampTz lease_asked;
 	TimestampTz claimed_at;
 	bool	   *done;
+	int64	   *waiting_keys;	/* jobs whose 'waiting' dedup_key the claim
+								 * frees */
+	int			nwaiting = 0;
 
 	if (!ensure_ready(true))
 		ereport(ERROR,
@@ -1167,6 +1195,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	anchored = palloc(sizeof(bool) * batch);
 	deadlines = palloc(sizeof(TimestampTz) * batch);
 	claim_tids = palloc(sizeof(ItemPointerData) * batch);
+	waiting_keys = palloc(sizeof(int64) * batch);
 	ring_reserve_local(0, batch, 0);
 
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
@@ -1310,7 +1339,9 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		jobs[i].fair_key = b.fair_key;
 		jobs[i].priority = b.priority;
 		jobs[i].enqueued_at = b.enqueued_at;
-		anchored[i] = b.dedup_key != (Datum) 0;
+		anchored[i] = BODY_ANCHORED_RUNNING(&b);
+		if (b.dedup_key != (Datum) 0 && b.dedup_scope == 'w')
+			waiting_keys[nwaiting++] = b.id;
 		/* a job's own timeout replaces the queue's: its own deadline */
 		deadlines[i] = deadline;
 		if (b.timeout_us > 0)
@@ -1349,6 +1380,8 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 			if (deadlines[j] == deadlines[i])
 				claim_tids[j] = claim_tids[i];
 	}
+	/* a key held only while the job waited is free from this claim on */
+	anchors_end(nwaiting, waiting_keys);
 
 	/* what complete needs for the history, without reading the body again */
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
@@ -1925,7 +1958,7 @@ pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 		values[11] = b.payload;
 		values[12] = b.timeout_us > 0 ? pgjq_interval_datum(b.timeout_us) : (Datum) 0;
 		nulls[12] = b.timeout_us > 0 ? ' ' : 'n';
-		pgjq_spi_run(b.dedup_key ? &plan_fail_schedule_anchor : &plan_fail_schedule,
+		pgjq_spi_run(f.anchored ? &plan_fail_schedule_anchor : &plan_fail_schedule,
 					 values, nulls, 0);
 		if (SPI_processed != 1)
 			ereport(ERROR,
@@ -2214,12 +2247,11 @@ cancel_ready(const RingFlight *f)
  * its own claim would, then closed as cancelled.  False if it is not one.
  */
 static bool
-take_own_ready(int64 id)
+take_own_ready(int64 id, RingFlight *copy)
 {
 	RingPos		p;
 	RingLane   *l;
 	RingFlight *f;
-	RingFlight	copy;
 	int64		tok = 0;
 	bool		taken = false;
 
@@ -2239,17 +2271,20 @@ take_own_ready(int64 id)
 					 errhint("Raise pgjq.ring_max_in_flight and restart the server.")));
 		}
 		take_closing(f, l, &p, tok, 1, true);
-		copy = *f;
+		*copy = *f;
 		taken = true;
 	}
 	LWLockRelease(ring->lock);
-	if (taken)
-		cancel_ready(&copy);
 	return taken;
 }
 
-bool
-pgjq_ring_take_ready(int64 id)
+/*
+ * The ready ring job id out of its lane, as a claim of this transaction that
+ * it closes at once (take_closing); *copy is its in-flight entry.  False if
+ * it is not a ready ring job (running, finished, or not in the ring).
+ */
+static bool
+take_ready(int64 id, RingFlight *copy)
 {
 	BodyRow		b;
 	int			slot;
@@ -2257,7 +2292,6 @@ pgjq_ring_take_ready(int64 id)
 	RingLaneKey key;
 	RingLane   *l;
 	RingFlight *f;
-	RingFlight	copy;
 	RingPos		p;
 	bool		taken = false;
 	int64		tok = 0;
@@ -2265,7 +2299,7 @@ pgjq_ring_take_ready(int64 id)
 	require_for_ring_jobs(1, &id);
 	if (ring == NULL || !ensure_ready(false))
 		return false;
-	if (ring_writing() && take_own_ready(id))
+	if (ring_writing() && take_own_ready(id, copy))
 		return true;			/* this transaction's own enqueue */
 	if (!body_by_id(id, &b, &slot, &tid, true))
 		return false;
@@ -2288,13 +2322,90 @@ pgjq_ring_take_ready(int64 id)
 					 errhint("Raise pgjq.ring_max_in_flight and restart the server.")));
 		}
 		take_closing(f, l, &p, tok, b.attempt, false);
-		copy = *f;
+		*copy = *f;
 		taken = true;
 	}
 	LWLockRelease(ring->lock);
-	if (taken)
-		cancel_ready(&copy);
 	return taken;
+}
+
+bool
+pgjq_ring_take_ready(int64 id)
+{
+	RingFlight	copy;
+
+	if (!take_ready(id, &copy))
+		return false;
+	cancel_ready(&copy);
+	return true;
+}
+
+/* a replaced ready ring job's next version (debounce) in pgjq.job */
+static PgjqPlan plan_replace_anchor = {
+	"UPDATE pgjq.job SET state = $2, attempt = $3, token = $4, run_at = $5, payload = $6,"
+	"                    last_error = $7, timeout = $8"
+	" WHERE id = $1 AND state = 'n'",
+	8, {INT8OID, CHAROID, INT4OID, INT8OID, TIMESTAMPTZOID, JSONBOID, TEXTOID, INTERVALOID}
+};
+static PgjqPlan plan_replace_insert = {
+	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"
+	"                      max_attempts, token, enqueued_at, run_at, last_error,"
+	"                      cancel_requested, payload, timeout)"
+	" SELECT $1, $9, $2, $10, coalesce($11, ''), NULL, $3, $12, $4, $13, $5, $7, false, $6, $8",
+	13, {INT8OID, CHAROID, INT4OID, INT8OID, TIMESTAMPTZOID, JSONBOID, TEXTOID, INTERVALOID,
+	INT4OID, INT2OID, TEXTOID, INT4OID, TIMESTAMPTZOID}
+};
+
+/*
+ * on_duplicate => 'replace' of a ready ring job: out of its lane as cancel
+ * takes it (its claim closed by one 'f' log row, as a snooze closes one),
+ * and its next version, with the new payload, waits in pgjq.job until
+ * run_at: its anchor turned into that row, or (a key held for a period,
+ * without an anchor) a new row.  run_at is due, no later than debounce_max
+ * after the job's enqueue (0: no bound).  False, and nothing changed, if the
+ * job is not a ready ring job.
+ */
+bool
+pgjq_ring_replace_ready(int64 id, Datum payload, TimestampTz due, int64 debounce_max_us,
+						TimestampTz now, char *state, TimestampTz *run_at)
+{
+	RingFlight	f;
+	BodyRow		b;
+	char	   *worker;
+	Datum		values[13];
+	char		nulls[14] = "             ";
+
+	if (!take_ready(id, &f))
+		return false;
+	closed_body(&f, &b, &worker);
+	*run_at = due;
+	if (debounce_max_us > 0 && b.enqueued_at + debounce_max_us < due)
+		*run_at = b.enqueued_at + debounce_max_us;
+	*state = *run_at > now ? 's' : 'r';
+	log_append(f.token, now, 'f', &id, 1);
+	values[0] = Int64GetDatum(id);
+	values[1] = CharGetDatum(*state);
+	/* pgjq.job counts the attempts made; a body, the one it is for */
+	values[2] = Int32GetDatum(b.attempt - 1);
+	values[3] = Int64GetDatum(f.token);
+	values[4] = TimestampTzGetDatum(*run_at);
+	values[5] = payload;
+	values[6] = b.last_error;
+	nulls[6] = b.last_error ? ' ' : 'n';
+	values[7] = b.timeout_us > 0 ? pgjq_interval_datum(b.timeout_us) : (Datum) 0;
+	nulls[7] = b.timeout_us > 0 ? ' ' : 'n';
+	values[8] = Int32GetDatum(b.queue_id);
+	values[9] = Int16GetDatum(b.priority);
+	values[10] = b.fair_key;
+	nulls[10] = b.fair_key ? ' ' : 'n';
+	values[11] = Int32GetDatum(b.max_attempts);
+	values[12] = TimestampTzGetDatum(b.enqueued_at);
+	pgjq_spi_run(b.dedup_key ? &plan_replace_anchor : &plan_replace_insert, values, nulls, 0);
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("pgjq ring: the dedup anchor of job " INT64_FORMAT " is missing", id)));
+	return true;
 }
 
 /* ---------------------------------------------------------------------
@@ -2859,7 +2970,8 @@ typedef struct RbBody
 	ItemPointerData tid;
 	uint16		slot;
 	uint8		copies;			/* bit s: slot s holds this version too */
-	bool		anchored;		/* has a dedup_key (an anchor in pgjq.job) */
+	bool		anchored;		/* its anchor in pgjq.job stays while it runs */
+	bool		waiting_key;	/* its anchor stays only until a claim */
 	ItemPointerData tids[RING_NSLOTS];	/* where, by slot */
 	RingLaneKey key;
 } RbBody;
@@ -3070,7 +3182,8 @@ scan_tables(RbScan *sc, bool latest)
 				b->tid = tup->t_self;
 				b->slot = s;
 				b->copies = 0;
-				b->anchored = r.dedup_key != (Datum) 0;
+				b->anchored = BODY_ANCHORED_RUNNING(&r);
+				b->waiting_key = r.dedup_key != (Datum) 0 && r.dedup_scope == 'w';
 				body_lane_key(&r, &b->key);
 			}
 			if (b->after == after)
@@ -3707,8 +3820,12 @@ verify_once(PgjqVerifyRow **rows)
 					   m->cancel ? "cancellation requested" : "no cancellation requested");
 		if (m != NULL)
 			hash_search(mem, &b->id, HASH_REMOVE, NULL);
-		/* an unfinished job with a dedup_key holds it by its anchor */
-		if (st != 'f' && b->anchored &&
+
+		/*
+		 * an unfinished job with a dedup_key holds it by its anchor (a
+		 * 'waiting' key only until its claim)
+		 */
+		if (st != 'f' && (b->anchored || (st == 'r' && b->waiting_key)) &&
 			hash_search(anchors, &b->id, HASH_REMOVE, NULL) == NULL)
 			verify_add(rows, &n, &max, object, "its dedup anchor in pgjq.job", "none");
 	}

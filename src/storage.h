@@ -118,11 +118,16 @@ typedef struct PgjqNewJobs
 	int32		max_attempts;
 	int64		timeout_us;		/* the jobs' own execution deadline; 0: the
 								 * queue's */
+	char		dedup_scope;	/* of the keyed jobs: 'w' their key is held
+								 * until a claim; 0 until they end */
 	TimestampTz enqueued_at;
 	TimestampTz run_at;
 	/* anchors only (state 'n', no payload): the ring holds the jobs */
 	bool		anchors;
-	bool	   *created;		/* out, if set: position i is a new job */
+	bool		ids_given;		/* ids holds the new jobs' ids (drawn by the
+								 * caller, no dedup_keys) */
+	bool	   *created;		/* out, if set: position i is a new job (else
+								 * a dedup_key found the job it has) */
 } PgjqNewJobs;
 
 typedef struct PgjqClaimedJob
@@ -181,6 +186,7 @@ extern int64 pgjq_storage_queue_purge(int32 queue_id);
 /* storage_job.c */
 extern void pgjq_storage_enqueue(int32 queue_id, PgjqNewJobs *jobs);
 extern int64 pgjq_storage_next_token(void);
+extern int64 pgjq_storage_next_job_id(void);
 
 /* cancel of a job waiting in pgjq.job (scheduled, or ready outside the ring) */
 extern PgjqCancelResult pgjq_storage_cancel(int64 id, TimestampTz now);

@@ -41,21 +41,21 @@
  */
 #define ENQUEUE_ONE \
 	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt," \
-	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload, timeout)" \
-	" VALUES ($1, $2, $3, $4, COALESCE($5, ''), $6, 0, $7, 0, $8, $9, false, $10, $11)"
+	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload, timeout, dedup_scope)" \
+	" VALUES ($1, $2, $3, $4, COALESCE($5, ''), $6, 0, $7, 0, $8, $9, false, $10, $11, $12)"
 #define ENQUEUE_ONE_TYPES \
-	11, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, \
-	TIMESTAMPTZOID, JSONBOID, INTERVALOID}
+	12, {INT8OID, INT4OID, CHAROID, INT2OID, TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, \
+	TIMESTAMPTZOID, JSONBOID, INTERVALOID, CHAROID}
 #define ENQUEUE_MANY \
 	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt," \
-	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload, timeout)" \
+	" max_attempts, token, enqueued_at, run_at, cancel_requested, payload, timeout, dedup_scope)" \
 	" SELECT t.id, $1, $2, $3, COALESCE(t.fair_key, ''), t.dedup_key, 0, $4, 0, $5, $6, false," \
-	"        t.payload, $11" \
+	"        t.payload, $11, CASE WHEN t.dedup_key IS NOT NULL THEN $12 END" \
 	"   FROM unnest($7::int8[], $8::jsonb[], $9::text[], $10::text[])" \
 	"        AS t(id, payload, fair_key, dedup_key)"
 #define ENQUEUE_MANY_TYPES \
-	11, {INT4OID, CHAROID, INT2OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8ARRAYOID, \
-	JSONBARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INTERVALOID}
+	12, {INT4OID, CHAROID, INT2OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8ARRAYOID, \
+	JSONBARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INTERVALOID, CHAROID}
 #define ON_DEDUP_CONFLICT \
 	" ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
 
@@ -152,6 +152,12 @@ pgjq_storage_next_token(void)
 	return next_value("token_seq");
 }
 
+int64
+pgjq_storage_next_job_id(void)
+{
+	return next_value("job_id_seq");
+}
+
 static ArrayType *
 datum_array(Datum *values, bool *nulls, int n, Oid elemtype)
 {
@@ -202,8 +208,8 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 	if (npending == 1)
 	{
 		int			i = pending[0];
-		Datum		values[11];
-		char		nulls[12] = "           ";
+		Datum		values[12];
+		char		nulls[13] = "            ";
 
 		values[0] = Int64GetDatum(assigned[i]);
 		values[1] = Int32GetDatum(queue_id);
@@ -224,6 +230,9 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 		values[10] = jobs->timeout_us > 0 ? pgjq_interval_datum(jobs->timeout_us) : (Datum) 0;
 		if (jobs->timeout_us <= 0)
 			nulls[10] = 'n';
+		values[11] = CharGetDatum(jobs->dedup_scope);
+		if (jobs->dedup_scope == 0 || nulls[5] == 'n')
+			nulls[11] = 'n';
 		pgjq_spi_run(nulls[5] == 'n' ? &plan_enqueue_one : &plan_enqueue_one_dedup,
 					 values, nulls, 0);
 		if (SPI_processed == 1)
@@ -243,8 +252,8 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 		Datum	   *dks = palloc(sizeof(Datum) * npending);
 		bool	   *dknulls = palloc(sizeof(bool) * npending);
 		int64	   *sorted = palloc(sizeof(int64) * npending);
-		Datum		values[11];
-		char		nulls[12] = "           ";
+		Datum		values[12];
+		char		nulls[13] = "            ";
 		bool		any_dedup = false;
 
 		for (int k = 0; k < npending; k++)
@@ -273,6 +282,9 @@ enqueue_round(int32 queue_id, PgjqNewJobs *jobs, int *pending, int npending,
 		values[10] = jobs->timeout_us > 0 ? pgjq_interval_datum(jobs->timeout_us) : (Datum) 0;
 		if (jobs->timeout_us <= 0)
 			nulls[10] = 'n';
+		values[11] = CharGetDatum(jobs->dedup_scope);
+		if (jobs->dedup_scope == 0)
+			nulls[11] = 'n';
 		pgjq_spi_run(any_dedup ? &plan_enqueue_many_dedup : &plan_enqueue_many, values, nulls, 0);
 
 		/* assigned ids ascend with position (one nextval each, in order) */
@@ -345,7 +357,7 @@ pgjq_storage_enqueue(int32 queue_id, PgjqNewJobs *jobs)
 
 	for (int i = 0; i < jobs->n; i++)
 	{
-		assigned[i] = next_value("job_id_seq");
+		assigned[i] = jobs->ids_given ? jobs->ids[i] : next_value("job_id_seq");
 		pending[i] = i;
 	}
 	while (npending > 0)

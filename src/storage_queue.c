@@ -84,7 +84,8 @@ static PgjqPlan plan_delete_jobs = {
 };
 
 static PgjqPlan plan_delete_holds = {
-	"DELETE FROM pgjq.key_holds WHERE queue_id = $1",
+	"WITH p AS (DELETE FROM pgjq.dedup_period WHERE queue_id = $1)"
+	" DELETE FROM pgjq.key_holds WHERE queue_id = $1",
 	1, {INT4OID}
 };
 
@@ -418,7 +419,7 @@ pgjq_storage_queue_set_paused(int32 queue_id, bool paused)
 
 /*
  * Remove a queue and the rows of pgjq.job it has (waiting jobs, dedup
- * anchors).  Its history stays until pruned: a dropped queue's history
+ * anchors), its held keys and dedup_for keys.  Its history stays until pruned: a dropped queue's history
  * counts as retention zero.  The ring's jobs of the queue are
  * pgjq_ring_drop_jobs's.
  */
