@@ -677,6 +677,7 @@ enum
 	FAM_JOBS,
 	FAM_OLDEST_READY,
 	FAM_NEXT_SCHEDULED,
+	FAM_HELD_KEYS,
 	FAM_COUNTERS,				/* PGJQ_M_NCOUNTERS families from here */
 	FAM_WAIT = FAM_COUNTERS + PGJQ_M_NCOUNTERS - 3, /* the four held-back
 													 * counters are one family */
@@ -696,6 +697,7 @@ static const Family families[NFAMILIES] = {
 	{"pgjq_jobs", F_GAUGE, "Jobs of the queue in each state (ready, scheduled, running, dead)"},
 	{"pgjq_oldest_ready_age_seconds", F_GAUGE, "Age of the queue's oldest ready job (since it became due)"},
 	{"pgjq_next_scheduled_seconds", F_GAUGE, "Seconds until the queue's next scheduled job is due (negative: overdue)"},
+	{"pgjq_held_keys", F_GAUGE, "Fair keys of the queue held by hold_key() or fail(..., hold_key_for), until a time still ahead"},
 	{"pgjq_jobs_enqueued_total", F_COUNTER, "Jobs enqueued (a duplicate merged by dedup_key counts too)"},
 	{"pgjq_jobs_claimed_total", F_COUNTER, "Jobs claimed"},
 	{"pgjq_jobs_completed_total", F_COUNTER, "Jobs completed"},
@@ -952,6 +954,8 @@ collect(const char *name, Collector *c)
 	for (int k = 0; k < ng; k++)
 		if (g[k].has_next_scheduled)
 			label(add_sample(c, FAM_NEXT_SCHEDULED, "", g[k].next_scheduled_in), "queue", g[k].name);
+	for (int k = 0; k < ng; k++)
+		label(add_sample(c, FAM_HELD_KEYS, "", (double) g[k].held_keys), "queue", g[k].name);
 
 	/* counters: one family at a time, each queue's entry in it */
 	for (int m = 0; m < PGJQ_M_NCOUNTERS && shared; m++)

@@ -238,6 +238,7 @@ typedef struct PgjqQueueGauges
 	double		oldest_ready_age;	/* seconds */
 	bool		has_next_scheduled;
 	double		next_scheduled_in;	/* seconds, negative when overdue */
+	int64		held_keys;		/* fair keys held (hold_key) until later */
 } PgjqQueueGauges;
 extern int	pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueGauges **gauges);
 

@@ -3,7 +3,7 @@
  * storage_metrics.c
  *	  The storage side of metrics(): per queue, how many jobs are ready,
  *	  scheduled, running and dead, the oldest ready job and the next
- *	  scheduled one.
+ *	  scheduled one, and how many fair keys are held (hold_key).
  *
  * Read only, computed when asked.  Each state is counted on its own partial
  * index (ready and scheduled in pgjq.job; dead in each job_history
@@ -21,7 +21,7 @@
 #define GAUGES_SELECT \
 	"SELECT q.queue_id, q.name, COALESCE(r.n, 0), COALESCE(s.n, 0), COALESCE(d.n, 0)," \
 	"       extract(epoch FROM $1 - r.oldest)::float8," \
-	"       extract(epoch FROM s.next - $1)::float8" \
+	"       extract(epoch FROM s.next - $1)::float8, COALESCE(h.n, 0)" \
 	"  FROM pgjq.queue q"
 
 #define GAUGES_JOINS(filter) \
@@ -30,7 +30,9 @@
 	"  LEFT JOIN (SELECT queue_id, count(*) AS n, min(run_at) AS next FROM pgjq.job" \
 	"              WHERE state = 's' " filter " GROUP BY queue_id) s ON s.queue_id = q.queue_id" \
 	"  LEFT JOIN (SELECT queue_id, count(*) AS n FROM pgjq.job_history" \
-	"              WHERE state = 'd' " filter " GROUP BY queue_id) d ON d.queue_id = q.queue_id"
+	"              WHERE state = 'd' " filter " GROUP BY queue_id) d ON d.queue_id = q.queue_id" \
+	"  LEFT JOIN (SELECT queue_id, count(*) AS n FROM pgjq.key_holds" \
+	"              WHERE until > $1 " filter " GROUP BY queue_id) h ON h.queue_id = q.queue_id"
 
 static PgjqPlan plan_gauges_all = {
 	GAUGES_SELECT GAUGES_JOINS("") " ORDER BY q.name",
@@ -76,6 +78,7 @@ pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueGauges **gau
 		g[r].has_next_scheduled = !isnull;
 		if (!isnull)
 			g[r].next_scheduled_in = DatumGetFloat8(d);
+		g[r].held_keys = DatumGetInt64(pgjq_spi_get(r, 8, &isnull));
 		{
 			int64		ready,
 						running;

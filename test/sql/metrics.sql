@@ -108,6 +108,11 @@ SELECT value > 0 AS oldest_ready_age_positive FROM pgjq.metrics('m_a')
  WHERE name = 'pgjq_oldest_ready_age_seconds';
 SELECT value BETWEEN 3000 AND 3600 AS next_scheduled_in_an_hour FROM pgjq.metrics('m_a')
  WHERE name = 'pgjq_next_scheduled_seconds';
+-- held keys: a hold still ahead counts, one that ended does not
+SELECT pgjq.hold_key('m_a', 'k1', now() + interval '1 hour'), pgjq.hold_key('m_a', NULL, now() + interval '1 hour');
+SELECT value AS held_keys FROM pgjq.metrics('m_a') WHERE name = 'pgjq_held_keys';
+SELECT pgjq.release_key('m_a', 'k1'), pgjq.release_key('m_a', NULL);
+SELECT value AS held_keys FROM pgjq.metrics('m_a') WHERE name = 'pgjq_held_keys';
 
 -- run time: every outcome of a claimed job (4 completed, the snooze, the
 -- cancelled one) was observed; buckets are cumulative and end in +Inf

@@ -62,6 +62,7 @@ SELECT pgjq.create_queue('idle');
 SELECT count(pgjq.enqueue('ship', jsonb_build_object('n', i))) FROM generate_series(1, 100) i;
 SELECT pgjq.complete(array_agg(id), array_agg(token)) FROM pgjq.claim('ship', 60);
 SELECT count(pgjq.fail(id, token, 'no')) FROM pgjq.claim('ship', 5);
+SELECT pgjq.hold_key('ship', 'tenant-a', now() + interval '1 hour');
 });
 
 # the rows of metrics() as the exporter's role
@@ -196,6 +197,7 @@ my %expect = (
 	pgjq_jobs_ready => 35,
 	pgjq_jobs_running => 0,
 	pgjq_jobs_dead => 5,
+	pgjq_jobs_held_keys => 1,
 	pgjq_stale_outcomes_total => 0,
 	pgjq_job_run_seconds_count => 65,
 	pgjq_claim_wait_seconds_count => 0,);
@@ -262,7 +264,7 @@ is( $plain->safe_psql(
 SELECT string_agg(name || coalesce(labels->>'state', '') || '=' || value, ',' ORDER BY name, labels->>'state')
   FROM pgjq.metrics()
  WHERE name NOT IN ('pgjq_oldest_ready_age_seconds', 'pgjq_horizon_age_seconds', 'pgjq_horizon_age_xacts')}),
-	'pgjq_counters_available=0,pgjq_jobsdead=0,pgjq_jobsready=3,pgjq_jobsrunning=0,pgjq_jobsscheduled=0',
+	'pgjq_counters_available=0,pgjq_held_keys=0,pgjq_jobsdead=0,pgjq_jobsready=3,pgjq_jobsrunning=0,pgjq_jobsscheduled=0',
 	'without preload: gauges, no counters, counters_available 0');
 is( $plain->safe_psql(
 		'postgres', q{
