@@ -390,6 +390,8 @@ GRANT EXECUTE ON FUNCTION pgjq.wait_jobs(bigint[], interval, boolean) TO pgjq_pr
 
 /* a queue's execution deadline (timeout): a column, and the settings functions take it */
 ALTER TABLE pgjq.queue ADD COLUMN timeout interval;
+/* per-key rate limits */
+ALTER TABLE pgjq.queue ADD COLUMN key_rate double precision, ADD COLUMN key_burst integer;
 DROP FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer);
 DROP FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer);
 DROP FUNCTION pgjq.list_queues();
@@ -404,11 +406,13 @@ CREATE FUNCTION pgjq.create_queue(
 	key_concurrency integer DEFAULT NULL,
 	rate double precision DEFAULT NULL,
 	burst integer DEFAULT NULL,
-	timeout interval DEFAULT NULL)
+	timeout interval DEFAULT NULL,
+	key_rate double precision DEFAULT NULL,
+	key_burst integer DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_create_queue';
-COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval) IS 'create a queue (backoff_max defaults to the larger of 1 hour and backoff_base)';
+COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval, double precision, integer) IS 'create a queue (backoff_max defaults to the larger of 1 hour and backoff_base)';
 
 CREATE FUNCTION pgjq.alter_queue(
 	queue text,
@@ -421,11 +425,13 @@ CREATE FUNCTION pgjq.alter_queue(
 	key_concurrency integer DEFAULT NULL,
 	rate double precision DEFAULT NULL,
 	burst integer DEFAULT NULL,
-	timeout interval DEFAULT NULL)
+	timeout interval DEFAULT NULL,
+	key_rate double precision DEFAULT NULL,
+	key_burst integer DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_alter_queue';
-COMMENT ON FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval) IS 'change a queue''s settings; NULL leaves a setting unchanged, 0 removes a limit';
+COMMENT ON FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval, double precision, integer) IS 'change a queue''s settings; NULL leaves a setting unchanged, 0 removes a limit';
 
 CREATE FUNCTION pgjq.list_queues(
 	OUT queue text,
@@ -440,22 +446,24 @@ CREATE FUNCTION pgjq.list_queues(
 	OUT burst integer,
 	OUT paused boolean,
 	OUT created_at timestamptz,
-	OUT timeout interval)
+	OUT timeout interval,
+	OUT key_rate double precision,
+	OUT key_burst integer)
 RETURNS SETOF record
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 	SELECT q.name, q.lease, q.max_attempts, q.backoff_base, q.backoff_max,
 		   q.retention, q.concurrency, q.key_concurrency, q.rate, q.burst,
-		   q.paused, q.created_at, q.timeout
+		   q.paused, q.created_at, q.timeout, q.key_rate, q.key_burst
 	  FROM pgjq.queue q
 	 ORDER BY q.name
 $$;
 COMMENT ON FUNCTION pgjq.list_queues() IS 'every queue and its settings';
-REVOKE ALL ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval),
-	pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval),
+REVOKE ALL ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval, double precision, integer),
+	pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval, double precision, integer),
 	pgjq.list_queues() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval),
-	pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval),
+GRANT EXECUTE ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval, double precision, integer),
+	pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval, double precision, integer),
 	pgjq.list_queues() TO pgjq_admin;
 
 /* a job's own execution deadline (timeout): kept with the job wherever it waits */
@@ -656,7 +664,8 @@ CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
 		   q.key_concurrency,
 		   q.rate,
 		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back,
-		   COALESCE(k.held_keys, 0) AS held_keys
+		   COALESCE(k.held_keys, 0) AS held_keys,
+		   q.key_rate
 	  FROM pgjq.queue q
 	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
 	  LEFT JOIN pgjq._ring_counts() r ON r.queue_id OPERATOR(pg_catalog.=) q.queue_id

@@ -58,7 +58,9 @@ CREATE TABLE pgjq.queue (
 	burst			integer,
 	paused			boolean NOT NULL DEFAULT false,
 	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
-	timeout			interval	/* a job's execution deadline from its claim; NULL: none */
+	timeout			interval,	/* a job's execution deadline from its claim; NULL: none */
+	key_rate		double precision,	/* claims per second per fair key; NULL: none */
+	key_burst		integer		/* its bucket; NULL: the larger of 1 and key_rate */
 );
 COMMENT ON TABLE pgjq.queue IS 'one row per queue and its settings (private: use the pgjq functions)';
 
@@ -325,11 +327,13 @@ CREATE FUNCTION pgjq.create_queue(
 	key_concurrency integer DEFAULT NULL,
 	rate double precision DEFAULT NULL,
 	burst integer DEFAULT NULL,
-	timeout interval DEFAULT NULL)
+	timeout interval DEFAULT NULL,
+	key_rate double precision DEFAULT NULL,
+	key_burst integer DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_create_queue';
-COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval) IS 'create a queue (backoff_max defaults to the larger of 1 hour and backoff_base)';
+COMMENT ON FUNCTION pgjq.create_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval, double precision, integer) IS 'create a queue (backoff_max defaults to the larger of 1 hour and backoff_base)';
 
 CREATE FUNCTION pgjq.alter_queue(
 	queue text,
@@ -342,11 +346,13 @@ CREATE FUNCTION pgjq.alter_queue(
 	key_concurrency integer DEFAULT NULL,
 	rate double precision DEFAULT NULL,
 	burst integer DEFAULT NULL,
-	timeout interval DEFAULT NULL)
+	timeout interval DEFAULT NULL,
+	key_rate double precision DEFAULT NULL,
+	key_burst integer DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_alter_queue';
-COMMENT ON FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval) IS 'change a queue''s settings; NULL leaves a setting unchanged, 0 removes a limit';
+COMMENT ON FUNCTION pgjq.alter_queue(text, interval, integer, interval, interval, interval, integer, integer, double precision, integer, interval, double precision, integer) IS 'change a queue''s settings; NULL leaves a setting unchanged, 0 removes a limit';
 
 CREATE FUNCTION pgjq.drop_queue(queue text, force boolean DEFAULT false)
 RETURNS void
@@ -385,13 +391,15 @@ CREATE FUNCTION pgjq.list_queues(
 	OUT burst integer,
 	OUT paused boolean,
 	OUT created_at timestamptz,
-	OUT timeout interval)
+	OUT timeout interval,
+	OUT key_rate double precision,
+	OUT key_burst integer)
 RETURNS SETOF record
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 	SELECT q.name, q.lease, q.max_attempts, q.backoff_base, q.backoff_max,
 		   q.retention, q.concurrency, q.key_concurrency, q.rate, q.burst,
-		   q.paused, q.created_at, q.timeout
+		   q.paused, q.created_at, q.timeout, q.key_rate, q.key_burst
 	  FROM pgjq.queue q
 	 ORDER BY q.name
 $$;
@@ -824,7 +832,8 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 		   q.key_concurrency,
 		   q.rate,
 		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back,
-		   COALESCE(k.held_keys, 0) AS held_keys
+		   COALESCE(k.held_keys, 0) AS held_keys,
+		   q.key_rate
 	  FROM pgjq.queue q
 	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
 	  LEFT JOIN pgjq._ring_counts() r ON r.queue_id OPERATOR(pg_catalog.=) q.queue_id

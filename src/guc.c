@@ -19,6 +19,7 @@
  *	  pgjq.max_metrics_claims claims remembered for the run-time histogram
  *	                          (postmaster: sizes shared memory)
  *	  pgjq.ring_positions, pgjq.ring_max_in_flight, pgjq.ring_max_lanes, pgjq.ring_max_holds,
+ *	  pgjq.ring_max_rate_keys,
  *	  pgjq.ring_max_queues    the ring engine's shared-memory bounds
  *	                          (postmaster: size shared memory)
  *	  pgjq.ring_slot_rows     bodies per ring slot before producers move to
@@ -48,6 +49,7 @@ int			pgjq_ring_positions = 1048576;
 int			pgjq_ring_max_in_flight = 65536;
 int			pgjq_ring_max_lanes = 65536;
 int			pgjq_ring_max_holds = 4096;
+int			pgjq_ring_max_rate_keys = 16384;
 int			pgjq_ring_max_queues = 1024;
 int			pgjq_ring_slot_rows = 100000;
 
@@ -186,6 +188,14 @@ pgjq_guc_init(void)
 								"A hold of one more key at the bound fails.",
 								&pgjq_ring_max_holds,
 								4096, 16, 1024 * 1024,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("pgjq.ring_max_rate_keys",
+								"Fair keys of queues with key_rate whose token bucket is not full (all databases).",
+								"A claim that needs one more at the bound takes nothing more (an error if it took nothing).",
+								&pgjq_ring_max_rate_keys,
+								16384, 16, 1024 * 1024,
 								PGC_POSTMASTER,
 								0,
 								NULL, NULL, NULL);

@@ -88,7 +88,15 @@ ring_lane_held(const RingLane *l)
 {
 	RingHoldKey k;
 	RingHold   *h;
+	TimestampTz now;
 
+	/* nothing held or throttled anywhere: no clock read */
+	if (ring->nholds == 0 && !ring_rates_any())
+		return false;
+	now = GetCurrentTimestamp();
+	/* a key at its key_rate is out until its next token (key_rate.c) */
+	if (ring_rate_throttled(&l->key, now))
+		return true;
 	if (ring->nholds == 0)
 		return false;
 	memset(&k, 0, sizeof(k));
@@ -96,7 +104,7 @@ ring_lane_held(const RingLane *l)
 	k.queue_id = l->key.queue_id;
 	k.keyhash = l->key.keyhash;
 	h = hash_search(ring_holds, &k, HASH_FIND, NULL);
-	return h != NULL && h->until > GetCurrentTimestamp();
+	return h != NULL && h->until > now;
 }
 
 /* Put the key's lanes where they belong now (lock held exclusively). */
@@ -124,8 +132,8 @@ ring_holds_settle_key(int32 queue_id, uint64 keyhash)
 }
 
 /*
- * A lane of the queue with ready jobs that a hold keeps out of the round
- * robin, or NULL (lock held exclusively): for purge and drop_queue, which
+ * A lane of the queue with ready jobs that a hold (or a key_rate) keeps out
+ * of the round robin, or NULL (lock held exclusively): for purge and drop_queue, which
  * end every ready job.
  */
 RingLane *
@@ -134,7 +142,8 @@ ring_holds_held_lane(RingQueue *q)
 	HASH_SEQ_STATUS hs;
 	RingLane   *l;
 
-	if (ring->nholds == 0)
+	/* held, or throttled at a key_rate (key_rate.c) */
+	if (ring->nholds == 0 && !ring_rates_any())
 		return NULL;
 	hash_seq_init(&hs, ring_lanes);
 	while ((l = hash_seq_search(&hs)) != NULL)
@@ -423,6 +432,8 @@ pgjq_ring_hold_next(void)
 	db = ring_db_find();
 	if (db != NULL && db->nholds > 0)
 		t = db->hold_next;
+	/* and the next token of a key at its key_rate */
+	t = Min(t, ring_rates_next());
 	LWLockRelease(ring->lock);
 	return t;
 }

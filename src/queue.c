@@ -15,6 +15,9 @@
  *	  key_concurrency 0 .. 1000000      most running per fair_key; 0 = none
  *	  rate            [0, 1e6] / s      claims started per second; 0 = none
  *	  burst           0 .. 1000000      token bucket size; 0 = max(1, rate)
+ *	  timeout         [0, 365 days]     execution deadline from a claim; 0 = none
+ *	  key_rate        [0, 1e6] / s      claims started per second per fair key
+ *	  key_burst       0 .. 1000000      its bucket size; 0 = max(1, key_rate)
  *
  * The limits live in shared memory (limits.c): setting one needs pgjq in
  * shared_preload_libraries.
@@ -57,11 +60,30 @@ limit_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 				 errmsg("%s must be between 0 and 1000000", argname),
 				 strcmp(argname, "burst") == 0 ?
 				 errhint("0 means the larger of 1 and rate.") :
+				 strcmp(argname, "key_burst") == 0 ?
+				 errhint("0 means the larger of 1 and key_rate.") :
 				 errhint("0 means no limit.")));
 	return v;
 }
 
-/* Read arguments 1..10 (lease .. timeout); unset ones stay -1. */
+/* A rate argument (claims per second): -1 when NULL, else [0, 1e6]. */
+static double
+rate_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	double		v;
+
+	/* an argument the SQL declaration lacks (an older schema): unset */
+	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
+		return -1;
+	v = PG_GETARG_FLOAT8(argno);
+	if (isnan(v) || v < 0 || v > 1e6)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between 0 and 1000000 per second", argname)));
+	return v;
+}
+
+/* Read arguments 1..12 (lease .. key_burst); unset ones stay -1. */
 static void
 read_settings(FunctionCallInfo fcinfo, PgjqQueueSettings *s)
 {
@@ -81,19 +103,13 @@ read_settings(FunctionCallInfo fcinfo, PgjqQueueSettings *s)
 	s->retention_us = pgjq_arg_interval(fcinfo, 5, "retention", 0, true, 3650 * USECS_PER_DAY, -1);
 	s->concurrency = limit_arg(fcinfo, 6, "concurrency");
 	s->key_concurrency = limit_arg(fcinfo, 7, "key_concurrency");
-	if (PG_ARGISNULL(8))
-		s->rate = -1;
-	else
-	{
-		s->rate = PG_GETARG_FLOAT8(8);
-		if (isnan(s->rate) || s->rate < 0 || s->rate > 1e6)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("rate must be between 0 and 1000000 per second")));
-	}
+	s->rate = rate_arg(fcinfo, 8, "rate");
 	s->burst = limit_arg(fcinfo, 9, "burst");
 	s->timeout_us = pgjq_arg_interval(fcinfo, 10, "timeout", 0, true, 365 * USECS_PER_DAY, -1);
-	if (s->concurrency > 0 || s->key_concurrency > 0 || s->rate > 0 || s->burst > 0)
+	s->key_rate = rate_arg(fcinfo, 11, "key_rate");
+	s->key_burst = 12 < PG_NARGS() ? limit_arg(fcinfo, 12, "key_burst") : -1;
+	if (s->concurrency > 0 || s->key_concurrency > 0 || s->rate > 0 || s->burst > 0 ||
+		s->key_rate > 0 || s->key_burst > 0)
 		pgjq_limits_require_shmem("a queue limit");
 }
 
@@ -154,6 +170,16 @@ pgjq_alter_queue(PG_FUNCTION_ARGS)
 		pgjq_wait_note_ready(queue.queue_id, PG_INT32_MAX);
 	if (s.key_concurrency >= 0)
 		pgjq_ring_queue_altered(queue.queue_id);
+
+	/*
+	 * keys throttled under the old key_rate take the new one at their next
+	 * claim
+	 */
+	if (s.key_rate >= 0 || s.key_burst >= 0)
+	{
+		pgjq_ring_rates_altered(queue.queue_id);
+		pgjq_wait_note_ready(queue.queue_id, PG_INT32_MAX);
+	}
 	PG_RETURN_VOID();
 }
 

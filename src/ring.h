@@ -36,6 +36,7 @@ extern int	pgjq_ring_positions;
 extern int	pgjq_ring_max_in_flight;
 extern int	pgjq_ring_max_lanes;
 extern int	pgjq_ring_max_holds;
+extern int	pgjq_ring_max_rate_keys;
 extern int	pgjq_ring_max_queues;
 extern int	pgjq_ring_slot_rows;
 
@@ -128,6 +129,9 @@ extern bool pgjq_ring_request_cancel(int64 id);
 
 /* cancel of a ready ring job: it ends as cancelled; false if none */
 extern bool pgjq_ring_take_ready(int64 id);
+
+/* alter_queue changed key_rate or key_burst: its throttled keys come back (key_rate.c) */
+extern void pgjq_ring_rates_altered(int32 queue_id);
 
 /*
  * on_duplicate => 'replace' (dedup.c): a ready ring job's next version, with

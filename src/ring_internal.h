@@ -253,6 +253,22 @@ extern RingFlight *ring_flight_enter(int64 id);
 extern void ring_flight_remove(int64 id);
 extern void ring_clear_db(RingDb *db);
 
+/*
+ * key_rate.c (caller holds ring->lock exclusively, unless said otherwise).
+ * ring_rate_take: 1 the key's bucket has a token (ring_rate_spend spends it
+ * once the job is taken), 0 it has none (its lanes are out until the next
+ * token), -1 no entry is free (pgjq.ring_max_rate_keys).
+ */
+extern Size ring_rates_shmem_size(void);
+extern void ring_rates_shmem_init(void);
+extern int	ring_rate_take(const PgjqQueue *queue, uint64 keyhash, TimestampTz now);
+extern void ring_rate_spend(const PgjqQueue *queue, uint64 keyhash);
+extern bool ring_rates_any(void);	/* any mode: a key is throttled */
+extern bool ring_rate_throttled(const RingLaneKey *lk, TimestampTz now);	/* any mode */
+extern void ring_rates_expire_due(void);	/* no lock held */
+extern TimestampTz ring_rates_next(void);	/* any mode */
+extern void ring_rates_clear(Oid dbid, int32 queue_id);
+
 /* key_hold.c (caller holds ring->lock; held in any mode for the test) */
 extern bool ring_lane_held(const RingLane *l);
 extern void ring_holds_expire(RingDb *db, TimestampTz now);

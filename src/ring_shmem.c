@@ -59,6 +59,7 @@ pgjq_ring_shmem_size(void)
 	s = add_size(s, hash_estimate_size(pgjq_ring_max_lanes, sizeof(RingLane)));
 	s = add_size(s, hash_estimate_size(pgjq_ring_max_queues, sizeof(RingQueue)));
 	s = add_size(s, hash_estimate_size(pgjq_ring_max_holds, sizeof(RingHold)));
+	s = add_size(s, ring_rates_shmem_size());
 	return s;
 }
 
@@ -105,6 +106,7 @@ pgjq_ring_shmem_init(bool found_unused)
 	info.entrysize = sizeof(RingHold);
 	ring_holds = ShmemInitHash("pgjq ring held keys", pgjq_ring_max_holds, pgjq_ring_max_holds,
 							   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	ring_rates_shmem_init();
 }
 
 void
@@ -203,6 +205,7 @@ ring_clear_db(RingDb *db)
 		db->nholds = 0;
 		db->hold_next = DT_NOEND;
 	}
+	ring_rates_clear(db->dbid, 0);
 	db->ready = false;
 }
 

@@ -1145,6 +1145,8 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	bool		in_flight_full = false;
 	bool		counters_full = false;
 	bool		key_limited = queue->key_concurrency > 0;
+	bool		key_rated = queue->key_rate > 0;
+	bool		rates_full = false;
 	bool		held;
 	int			claim_slot;
 	ItemPointerData *claim_tids;
@@ -1172,6 +1174,8 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	maybe_truncate();
 	/* holds that ended give their keys' lanes back first (key_hold.c) */
 	ring_holds_expire_due();
+	/* and keys at their key_rate whose next token is due (key_rate.c) */
+	ring_rates_expire_due();
 	/* an empty poll draws no token and writes nothing */
 	LWLockAcquire(ring->lock, LW_SHARED);
 	q = ring_queue_get(queue->queue_id, false);
@@ -1214,6 +1218,21 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 			in_flight_full = true;	/* claim fewer, or say why none */
 			break;
 		}
+		if (key_rated)
+		{
+			/* its key's bucket: without a token, out until the next one */
+			int			r = ring_rate_take(queue, l->key.keyhash, GetCurrentTimestamp());
+
+			if (r != 1)
+			{
+				ring_flight_remove(ring->nodes[l->head].p.id);
+				rates_full = r == -1;
+				/* never the same lane again in this loop */
+				if (r == 0 && !l->linked)
+					continue;
+				break;
+			}
+		}
 		if (key_limited)
 		{
 			/*
@@ -1236,6 +1255,8 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 				break;
 			}
 		}
+		if (key_rated)
+			ring_rate_spend(queue, l->key.keyhash);
 		ring_lane_pop_front(l, &p);
 		l->running++;
 		q->running++;
@@ -1273,20 +1294,31 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 			RingFlight *f = ring_flight_enter(own[i].id);
 			int			r = 1;
 
-			if (f != NULL && key_limited)
+			int			rr = 1;
+
+			if (f != NULL && key_rated)
+			{
+				rr = ring_rate_take(queue, lanes[i]->key.keyhash, GetCurrentTimestamp());
+				if (rr != 1)
+					ring_flight_remove(own[i].id);
+			}
+			if (f != NULL && rr == 1 && key_limited)
 			{
 				r = pgjq_limits_ring_key_take(quota, ring_limits_hash(lanes[i]->key.keyhash));
 				if (r != 1)
 					ring_flight_remove(own[i].id);
 			}
-			if (f == NULL || r != 1)
+			if (f == NULL || r != 1 || rr != 1)
 			{
 				/* give the rest back: they stay pending */
 				ring_take_own_undo(own + i, nown - i);
 				in_flight_full = f == NULL;
 				counters_full = r == -1;
+				rates_full = rr == -1;
 				break;
 			}
+			if (key_rated)
+				ring_rate_spend(queue, lanes[i]->key.keyhash);
 			lanes[i]->running++;
 			q->running++;
 			f->token = tok;
@@ -1312,6 +1344,12 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	LWLockRelease(ring->lock);
 	if (counters_full)
 		pgjq_limits_counters_full();
+	if (k == 0 && rates_full)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("pgjq's ring engine has no room for more rate-limited keys (%d)",
+						pgjq_ring_max_rate_keys),
+				 errhint("Raise pgjq.ring_max_rate_keys and restart the server.")));
 	if (k == 0 && in_flight_full)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),

@@ -37,6 +37,8 @@ typedef struct PgjqQueue
 	int32		burst;			/* bucket size for rate */
 	bool		paused;
 	int64		timeout_us;		/* execution deadline from the claim; 0 = none */
+	double		key_rate;		/* claims per second per fair key; 0 = none */
+	int32		key_burst;		/* its bucket size */
 } PgjqQueue;
 
 /*
@@ -55,6 +57,8 @@ typedef struct PgjqQueueSettings
 	double		rate;
 	int32		burst;
 	int64		timeout_us;		/* 0 removes the deadline */
+	double		key_rate;
+	int32		key_burst;
 } PgjqQueueSettings;
 
 /*

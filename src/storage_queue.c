@@ -49,12 +49,12 @@
 
 static PgjqPlan plan_insert = {
 	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention,"
-	"                        concurrency, key_concurrency, rate, burst, timeout)"
+	"                        concurrency, key_concurrency, rate, burst, timeout, key_rate, key_burst)"
 	" VALUES ($1, $2, $3, $4, $5, $6, nullif($7, 0), nullif($8, 0), nullif($9, 0), nullif($10, 0),"
-	"         nullif($11, '0'::interval))"
+	"         nullif($11, '0'::interval), nullif($12, 0), nullif($13, 0))"
 	" ON CONFLICT (name) DO NOTHING RETURNING queue_id",
-	11, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
-	INT4OID, INT4OID, FLOAT8OID, INT4OID, INTERVALOID}
+	13, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
+	INT4OID, INT4OID, FLOAT8OID, INT4OID, INTERVALOID, FLOAT8OID, INT4OID}
 };
 
 static PgjqPlan plan_update = {
@@ -67,10 +67,12 @@ static PgjqPlan plan_update = {
 	"       key_concurrency = CASE WHEN $8 IS NULL THEN key_concurrency ELSE nullif($8, 0) END,"
 	"       rate = CASE WHEN $9 IS NULL THEN rate ELSE nullif($9, 0) END,"
 	"       burst = CASE WHEN $10 IS NULL THEN burst ELSE nullif($10, 0) END,"
-	"       timeout = CASE WHEN $11 IS NULL THEN timeout ELSE nullif($11, '0'::interval) END"
+	"       timeout = CASE WHEN $11 IS NULL THEN timeout ELSE nullif($11, '0'::interval) END,"
+	"       key_rate = CASE WHEN $12 IS NULL THEN key_rate ELSE nullif($12, 0) END,"
+	"       key_burst = CASE WHEN $13 IS NULL THEN key_burst ELSE nullif($13, 0) END"
 	" WHERE queue_id = $1",
-	11, {INT4OID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
-	INT4OID, INT4OID, FLOAT8OID, INT4OID, INTERVALOID}
+	13, {INT4OID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
+	INT4OID, INT4OID, FLOAT8OID, INT4OID, INTERVALOID, FLOAT8OID, INT4OID}
 };
 
 static PgjqPlan plan_set_paused = {
@@ -185,11 +187,12 @@ enum
 {
 	QC_QUEUE_ID, QC_NAME, QC_LEASE, QC_MAX_ATTEMPTS, QC_BACKOFF_BASE, QC_BACKOFF_MAX,
 	QC_RETENTION, QC_CONCURRENCY, QC_KEY_CONCURRENCY, QC_RATE, QC_BURST, QC_PAUSED, QC_TIMEOUT,
-	QC_N
+	QC_KEY_RATE, QC_KEY_BURST, QC_N
 };
 static const char *const queue_cols[QC_N] = {
 	"queue_id", "name", "lease", "max_attempts", "backoff_base", "backoff_max",
-	"retention", "concurrency", "key_concurrency", "rate", "burst", "paused", "timeout"
+	"retention", "concurrency", "key_concurrency", "rate", "burst", "paused", "timeout",
+	"key_rate", "key_burst"
 };
 static Oid	queue_layout_relid = InvalidOid;
 static AttrNumber queue_attno[QC_N];
@@ -310,6 +313,8 @@ queue_read(const char *name, PgjqQueue *queue)
 		queue->rate = float_col(slot, QC_RATE);
 		queue->burst = int_col(slot, QC_BURST);
 		queue->timeout_us = interval_col(slot, QC_TIMEOUT);
+		queue->key_rate = float_col(slot, QC_KEY_RATE);
+		queue->key_burst = int_col(slot, QC_KEY_BURST);
 	}
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
@@ -381,13 +386,17 @@ settings_params(const PgjqQueueSettings *s, Datum *values, char *nulls)
 	nulls[9] = s->burst < 0 ? 'n' : ' ';
 	values[10] = s->timeout_us < 0 ? (Datum) 0 : pgjq_interval_datum(s->timeout_us);
 	nulls[10] = s->timeout_us < 0 ? 'n' : ' ';
+	values[11] = Float8GetDatum(s->key_rate);
+	nulls[11] = s->key_rate < 0 ? 'n' : ' ';
+	values[12] = Int32GetDatum(s->key_burst);
+	nulls[12] = s->key_burst < 0 ? 'n' : ' ';
 }
 
 bool
 pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s)
 {
-	Datum		values[11];
-	char		nulls[12] = "           ";
+	Datum		values[13];
+	char		nulls[14] = "             ";
 
 	values[0] = CStringGetTextDatum(name);
 	settings_params(s, values, nulls);
@@ -399,8 +408,8 @@ pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s)
 void
 pgjq_storage_queue_update(int32 queue_id, const PgjqQueueSettings *s)
 {
-	Datum		values[11];
-	char		nulls[12] = "           ";
+	Datum		values[13];
+	char		nulls[14] = "             ";
 
 	values[0] = Int32GetDatum(queue_id);
 	settings_params(s, values, nulls);
