@@ -153,17 +153,17 @@ SELECT is_empty(
 SELECT function_returns('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text', 'interval'], 'setof pgjq.claimed');
 SELECT function_returns('pgjq', 'claim', ARRAY['text[]', 'integer', 'interval', 'text', 'interval'], 'setof pgjq.claimed');
 SELECT function_returns('pgjq', 'enqueue',
-	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval'], 'bigint');
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval', 'text', 'interval', 'text', 'interval'], 'bigint');
 SELECT function_returns('pgjq', 'complete', ARRAY['bigint', 'bigint', 'jsonb'], 'boolean');
 SELECT function_returns('pgjq', 'complete', ARRAY['bigint[]', 'bigint[]', 'jsonb[]'], 'bigint');
 SELECT function_returns('pgjq', 'fail', ARRAY['bigint', 'bigint', 'text', 'interval', 'interval'], 'text');
 SELECT function_returns('pgjq', 'heartbeat', ARRAY['bigint', 'bigint', 'interval'], 'timestamp with time zone');
 SELECT is_definer('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text', 'interval']);
 SELECT is_definer('pgjq', 'enqueue',
-	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval']);
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval', 'text', 'interval', 'text', 'interval']);
 SELECT volatility_is('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text', 'interval'], 'volatile');
 SELECT volatility_is('pgjq', 'enqueue',
-	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval'], 'volatile');
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval', 'text', 'interval', 'text', 'interval'], 'volatile');
 
 -- ------------------------------------------------------------------- tables
 

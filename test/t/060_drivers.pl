@@ -286,6 +286,41 @@ for my $name (@names)
 		'completed', 'job(id) agrees');
 }
 
+# ------------------------------------------------------------ debounce
+
+# examples/debounce.sh through PgBouncer: a burst of events for one key makes
+# one job (the same id each time) that waits with the last event's payload;
+# an event due now makes it ready, and it is claimed once.  A queue no
+# worker serves, so the claims here are the only ones.
+$node_pg->safe_psql('postgres', q{SELECT pgjq.create_queue('deb')});
+{
+	my @ids;
+	for my $n (1 .. 4)
+	{
+		my @db = ('bash', "$examples/debounce.sh", 'deb', 'user:42', qq({"event": $n}),
+			'-h', $sockdir, '-p', $bport, '-d', 'postgres', '-U', $user);
+		my ($out, $err) = ('', '');
+		# the first three a minute out; the last one due now
+		local $ENV{PGJQ_DEBOUNCE} = $n < 4 ? 60 : 0;
+		my $ok = IPC::Run::run(\@db, '>', \$out, '2>', \$err);
+		chomp $out;
+		ok($ok, "debounce.sh event $n") or diag $err;
+		push @ids, $out;
+		is( $node_pg->safe_psql(
+				'postgres', "SELECT state || ' ' || (payload->>'event') FROM pgjq.job($ids[0])"),
+			'scheduled 3', 'the burst waits as one job, with the last event\'s payload')
+		  if $n == 3;
+	}
+	my %distinct = map { $_ => 1 } @ids;
+	is(scalar(keys %distinct), 1, 'debounce.sh: one job for the events (' . join(',', @ids) . ')');
+	is( $node_pg->safe_psql(
+			'postgres', q{SELECT string_agg(id || ':' || (payload->>'event') || ':' || attempt, ',')
+			                FROM pgjq.claim('deb', 10)}),
+		"$ids[0]:4:1", 'the event due now made it ready: claimed once, with its payload');
+	is($node_pg->safe_psql('postgres', q{SELECT count(*) FROM pgjq.claim('deb', 10)}),
+		'0', 'nothing else to claim');
+}
+
 # ------------------------------------------------------------ SIGTERM
 
 # 16 jobs of 2 s: with batches of 3 every worker holds some, runs one and
