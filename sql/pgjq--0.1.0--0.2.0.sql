@@ -341,36 +341,7 @@ RETURNS bigint
 LANGUAGE C VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_ring_reclaim_sql';
 
-CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
-	SELECT q.name AS queue,
-		   q.paused,
-		   COALESCE(u.ready, 0) OPERATOR(pg_catalog.+) COALESCE(r.ready, 0) AS ready,
-		   COALESCE(u.scheduled, 0) AS scheduled,
-		   COALESCE(r.running, 0) AS running,
-		   COALESCE(f.dead, 0) AS dead,
-		   COALESCE(c.completed, 0)::bigint AS completed,
-		   COALESCE(f.cancelled, 0) AS cancelled,
-		   pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(u.oldest_ready, r.oldest_ready) AS oldest_ready_age,
-		   u.next_run_at,
-		   q.concurrency,
-		   q.key_concurrency,
-		   q.rate,
-		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back
-	  FROM pgjq.queue q
-	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
-	  LEFT JOIN pgjq._ring_counts() r ON r.queue_id OPERATOR(pg_catalog.=) q.queue_id
-	  LEFT JOIN (SELECT j.queue_id,
-						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS ready,
-						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS scheduled,
-						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS oldest_ready,
-						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS next_run_at
-				   FROM pgjq.job j GROUP BY j.queue_id) u ON u.queue_id OPERATOR(pg_catalog.=) q.queue_id
-	  LEFT JOIN (SELECT d.queue_id, pg_catalog.sum(pg_catalog.cardinality(d.ids)) AS completed
-				   FROM pgjq.job_done d GROUP BY d.queue_id) c ON c.queue_id OPERATOR(pg_catalog.=) q.queue_id
-	  LEFT JOIN (SELECT h.queue_id,
-						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'd') AS dead,
-						pg_catalog.count(*) FILTER (WHERE h.state OPERATOR(pg_catalog.=) 'x') AS cancelled
-				   FROM pgjq.job_history h GROUP BY h.queue_id) f ON f.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+/* queue_stats sees the ring's jobs: defined once, at the end (it reads key_holds too) */
 REVOKE ALL ON FUNCTION pgjq._ring_job(bigint), pgjq._ring_counts(), pgjq._ring_reclaim(integer)
 	FROM PUBLIC;
 REVOKE ALL ON pgjq.ring_body_0, pgjq.ring_body_1, pgjq.ring_body_2, pgjq.ring_body_3,
