@@ -206,13 +206,16 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		pgjq_wait_note_claimed(q->queue_id, got - granted);
 		pgjq_limits_settle_queue(q, granted, got);
 		/* held back: a limit, not the supply of ready jobs, stopped the claim */
-		if ((got == granted && granted < want) || pgjq_limits_quota_cut_short(&quota))
+		if ((got == granted && granted < want) || pgjq_limits_quota_cut_short(&quota) ||
+			quota.key_rate_cut)
 			pgjq_limits_note_held_back(q->queue_id);
 		if (got == granted && granted < want)
 			pgjq_metrics_count(q->queue_id, token_in_us > 0 ? PGJQ_M_HELD_RATE :
 							   PGJQ_M_HELD_CONCURRENCY, 1);
 		if (pgjq_limits_quota_cut_short(&quota))
 			pgjq_metrics_count(q->queue_id, PGJQ_M_HELD_KEY, 1);
+		if (quota.key_rate_cut)
+			pgjq_metrics_count(q->queue_id, PGJQ_M_HELD_KEY_RATE, 1);
 		if (got > 0)
 			pgjq_metrics_claimed(q->queue_id, got, jobs[n].token, claim_at);
 		/* the bucket cut a claim that had jobs: more may come with a token */

@@ -1010,6 +1010,7 @@ pgjq_limits_init_quota(PgjqClaimQuota *quota, const PgjqQueue *queue)
 {
 	QuotaState *st = palloc0(sizeof(QuotaState));
 
+	quota->key_rate_cut = false;
 	st->key_limited = queue->key_concurrency > 0;
 	if (st->key_limited)
 	{

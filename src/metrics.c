@@ -679,7 +679,7 @@ enum
 	FAM_NEXT_SCHEDULED,
 	FAM_HELD_KEYS,
 	FAM_COUNTERS,				/* PGJQ_M_NCOUNTERS families from here */
-	FAM_WAIT = FAM_COUNTERS + PGJQ_M_NCOUNTERS - 3, /* the four held-back
+	FAM_WAIT = FAM_COUNTERS + PGJQ_M_NCOUNTERS - 4, /* the five held-back
 													 * counters are one family */
 	FAM_RUN,
 	FAM_WORKER_PASS_AT,
@@ -707,7 +707,7 @@ static const Family families[NFAMILIES] = {
 	{"pgjq_jobs_cancelled_total", F_COUNTER, "Jobs that ended cancelled"},
 	{"pgjq_jobs_snoozed_total", F_COUNTER, "Running jobs snoozed"},
 	{"pgjq_stale_outcomes_total", F_COUNTER, "Outcome calls whose token no longer matched a running job (queue unknown: no queue label)"},
-	{"pgjq_claims_held_back_total", F_COUNTER, "Claims that a limit (concurrency, key_concurrency, rate, paused) cut short or stopped"},
+	{"pgjq_claims_held_back_total", F_COUNTER, "Claims that a limit (concurrency, key_concurrency, rate, paused, key_rate) cut short or stopped"},
 	{"pgjq_job_run_unknown_total", F_COUNTER, "Outcomes whose claim time was no longer known (see pgjq.max_metrics_claims)"},
 	{"pgjq_claim_wait_seconds", F_HISTOGRAM, "How long claims with wait that found nothing at first waited"},
 	{"pgjq_job_run_seconds", F_HISTOGRAM, "Job run time from claim to outcome"},
@@ -717,7 +717,9 @@ static const Family families[NFAMILIES] = {
 	{"pgjq_horizon_age_xacts", F_GAUGE, "Transactions between the xmin horizon and the next transaction ID"},
 };
 
-static const char *const held_limit[4] = {"concurrency", "key_concurrency", "rate", "paused"};
+#define NHELD (PGJQ_M_HELD_KEY_RATE - PGJQ_M_HELD_CONCURRENCY + 1)
+static const char *const held_limit[NHELD] = {"concurrency", "key_concurrency", "rate", "paused",
+"key_rate"};
 
 /*
  * Samples are not kept: each is handed to the caller's emit function as
@@ -768,7 +770,7 @@ label(Sample *s, const char *name, const char *value)
 static int
 counter_family(PgjqMetric m)
 {
-	if (m >= PGJQ_M_HELD_CONCURRENCY && m <= PGJQ_M_HELD_PAUSED)
+	if (m >= PGJQ_M_HELD_CONCURRENCY && m <= PGJQ_M_HELD_KEY_RATE)
 		return FAM_COUNTERS + PGJQ_M_HELD_CONCURRENCY;
 	if (m == PGJQ_M_RUN_UNKNOWN)
 		return FAM_COUNTERS + PGJQ_M_HELD_CONCURRENCY + 1;
@@ -960,7 +962,7 @@ collect(const char *name, Collector *c)
 	/* counters: one family at a time, each queue's entry in it */
 	for (int m = 0; m < PGJQ_M_NCOUNTERS && shared; m++)
 	{
-		if (m > PGJQ_M_HELD_CONCURRENCY && m <= PGJQ_M_HELD_PAUSED)
+		if (m > PGJQ_M_HELD_CONCURRENCY && m <= PGJQ_M_HELD_KEY_RATE)
 			continue;			/* with PGJQ_M_HELD_CONCURRENCY */
 		for (int i = 0; i < nqm; i++)
 		{
@@ -971,7 +973,7 @@ collect(const char *name, Collector *c)
 				/* a claim always knows its queue */
 				if (qm[i].key.queue_id == 0)
 					continue;
-				for (int l = 0; l < 4; l++)
+				for (int l = 0; l < NHELD; l++)
 				{
 					Sample	   *s = add_sample(c, counter_family(m), "",
 											   (double) qm[i].counters[m + l]);

@@ -32,6 +32,7 @@ typedef enum PgjqMetric
 	PGJQ_M_HELD_KEY,
 	PGJQ_M_HELD_RATE,
 	PGJQ_M_HELD_PAUSED,
+	PGJQ_M_HELD_KEY_RATE,
 	PGJQ_M_RUN_UNKNOWN,			/* outcomes whose claim time was not known */
 	PGJQ_M_NCOUNTERS
 } PgjqMetric;

@@ -1182,8 +1182,10 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 	any = q != NULL && (ring_queue_claimable(q) || ring_has_own(queue->queue_id));
 	/* ready jobs, all of keys at their limit: held back, as on pgjq.job */
 	held = !any && q != NULL && q->ready > 0 && key_limited;
+	/* ready jobs, all of keys out until their next token */
+	quota->key_rate_cut = !any && q != NULL && q->ready > 0 && key_rated;
 	LWLockRelease(ring->lock);
-	if (held)
+	if (held && !quota->key_rate_cut)
 		pgjq_limits_quota_held(quota);
 	if (!any)
 		return 0;
@@ -1227,6 +1229,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 			{
 				ring_flight_remove(ring->nodes[l->head].p.id);
 				rates_full = r == -1;
+				quota->key_rate_cut = true;
 				/* never the same lane again in this loop */
 				if (r == 0 && !l->linked)
 					continue;

@@ -76,6 +76,7 @@ typedef struct PgjqClaimQuota
 	const PgjqQueue *queue;
 	bool		per_key_limit;	/* false: reserve() grants all, settle()
 								 * counts */
+	bool		key_rate_cut;	/* out: a key's key_rate held jobs back */
 	void	   *state;
 } PgjqClaimQuota;
 

@@ -13,7 +13,10 @@ SELECT count(*) FROM pgjq.enqueue_many('kr', array_fill('{}'::jsonb, ARRAY[9]),
 -- each key (the jobs without one are one key) gets its burst, no more
 SELECT coalesce(fair_key, '-') AS key, count(*) FROM pgjq.claim('kr', 20) GROUP BY 1 ORDER BY 1;
 SELECT count(*) AS nothing_more FROM pgjq.claim('kr', 20);
-SELECT ready, running FROM pgjq.queue_stats WHERE queue = 'kr';
+SELECT ready, running, held_back FROM pgjq.queue_stats WHERE queue = 'kr';
+-- both claims were held back by key_rate (the first took the buckets, the second found none)
+SELECT labels->>'limit' AS limit, value FROM pgjq.metrics('kr')
+ WHERE name = 'pgjq_claims_held_back_total' AND value > 0;
 -- a new key starts with a full bucket
 SELECT pgjq.enqueue('kr', fair_key => 'c') IS NOT NULL AS enqueued;
 SELECT fair_key FROM pgjq.claim('kr', 20);
