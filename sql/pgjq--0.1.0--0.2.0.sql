@@ -620,6 +620,112 @@ REVOKE ALL ON FUNCTION pgjq.fail(bigint, bigint, text, interval, interval), pgjq
 	pgjq.release_key(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgjq.fail(bigint, bigint, text, interval, interval), pgjq.hold_key(text, text, timestamptz),
 	pgjq.release_key(text, text) TO pgjq_worker, pgjq_admin;
+/* Dependencies (enqueue(..., after)): waiting jobs ('w') and their open edges */
+ALTER TABLE pgjq.job DROP CONSTRAINT job_state_check,
+	ADD CONSTRAINT job_state_check CHECK (state IN ('s', 'r', 'n', 'w'));
+ALTER TABLE pgjq.job ADD COLUMN deps_left integer;
+ALTER TABLE pgjq.job ADD COLUMN on_dep_failure "char";
+COMMENT ON TABLE pgjq.job IS 'unfinished jobs outside the ring: scheduled, ready, waiting for dependencies, dedup anchors (private)';
+/*
+ * Dependencies (enqueue(..., after)): job_id waits in pgjq.job (state 'w')
+ * until depends_on has finished.  The background worker deletes an edge when
+ * its depends_on finishes (src/deps.c), so the rows are the edges still open.
+ */
+CREATE TABLE pgjq.job_dependency (
+	depends_on		bigint NOT NULL,
+	job_id			bigint NOT NULL,
+	PRIMARY KEY (depends_on, job_id)
+);
+CREATE INDEX job_dependency_job_idx ON pgjq.job_dependency (job_id);
+COMMENT ON TABLE pgjq.job_dependency IS 'open dependencies of waiting jobs (private)';
+SELECT pg_catalog.pg_extension_config_dump('pgjq.job_dependency', '');
+REVOKE ALL ON pgjq.job_dependency FROM PUBLIC;
+ALTER TYPE pgjq.job_info ADD ATTRIBUTE waiting_for bigint[];
+CREATE OR REPLACE FUNCTION pgjq.job(id bigint)
+RETURNS SETOF pgjq.job_info
+LANGUAGE sql STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 1
+AS $$
+	SELECT j.id, q.name,
+		   CASE j.state WHEN 's' THEN 'scheduled' WHEN 'w' THEN 'waiting' ELSE 'ready' END,
+		   j.attempt, j.max_attempts, j.priority, NULLIF(j.fair_key, ''), j.dedup_key,
+		   j.payload, j.enqueued_at, j.run_at, j.lease_until, NULL::timestamptz,
+		   j.worker, j.last_error, j.cancel_requested, NULL::jsonb,
+		   CASE WHEN j.state OPERATOR(pg_catalog.=) 'w' THEN
+				ARRAY(SELECT d.depends_on FROM pgjq.job_dependency d
+					   WHERE d.job_id OPERATOR(pg_catalog.=) j.id ORDER BY 1) END
+	  FROM pgjq.job j LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id
+	 WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.state OPERATOR(pg_catalog.<>) 'n'
+	UNION ALL
+	SELECT h.id, q.name,
+		   CASE h.state WHEN 'd' THEN 'dead' ELSE 'cancelled' END,
+		   h.attempt, h.max_attempts, h.priority, NULLIF(h.fair_key, ''), h.dedup_key,
+		   h.payload, h.enqueued_at, NULL, NULL, h.finished_at,
+		   h.worker, h.last_error, false, NULL, NULL
+	  FROM pgjq.job_history h LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) h.queue_id
+	 WHERE h.id OPERATOR(pg_catalog.=) $1
+	UNION ALL
+	SELECT u.id, q.name, 'completed', u.attempt, NULL, NULL, NULL, NULL,
+		   NULL, u.enqueued_at, NULL, NULL, d.finished_at,
+		   NULL, NULL, false, u.result, NULL
+	  FROM pgjq.job_done d
+	 CROSS JOIN LATERAL unnest(d.ids, d.attempts, d.enqueued_at, d.results)
+			 AS u(id, attempt, enqueued_at, result)
+	  LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) d.queue_id
+	 WHERE d.min_id OPERATOR(pg_catalog.<=) $1 AND d.max_id OPERATOR(pg_catalog.>=) $1
+	   AND u.id OPERATOR(pg_catalog.=) $1
+	UNION ALL
+	SELECT * FROM pgjq._ring_job($1)
+	 LIMIT 1
+$$;
+DROP FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval, text, interval, text, interval);
+DROP FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval, text, interval, text, interval);
+CREATE FUNCTION pgjq.enqueue(
+	queue text,
+	payload jsonb DEFAULT '{}',
+	delay interval DEFAULT NULL,
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	fair_key text DEFAULT NULL,
+	dedup_key text DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	timeout interval DEFAULT NULL,
+	dedup_scope text DEFAULT NULL,
+	dedup_for interval DEFAULT NULL,
+	on_duplicate text DEFAULT NULL,
+	debounce_max interval DEFAULT NULL,
+	after bigint[] DEFAULT NULL,
+	on_dependency_failure text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_enqueue';
+COMMENT ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval, text, interval, text, interval, bigint[], text) IS 'add one job; returns its id (or the existing job''s id for a duplicate dedup_key)';
+
+CREATE FUNCTION pgjq.enqueue_many(
+	queue text,
+	payloads jsonb[],
+	delay interval DEFAULT NULL,
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	fair_keys text[] DEFAULT NULL,
+	dedup_keys text[] DEFAULT NULL,
+	timeout interval DEFAULT NULL,
+	dedup_scope text DEFAULT NULL,
+	dedup_for interval DEFAULT NULL,
+	on_duplicate text DEFAULT NULL,
+	debounce_max interval DEFAULT NULL,
+	after jsonb[] DEFAULT NULL,
+	on_dependency_failure text DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 100
+AS 'MODULE_PATHNAME', 'pgjq_enqueue_many';
+COMMENT ON FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval, text, interval, text, interval, jsonb[], text) IS 'add many jobs in one statement; returns their ids in input order';
+REVOKE ALL ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval, text, interval, text, interval, bigint[], text),
+	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval, text, interval, text, interval, jsonb[], text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval, text, interval, text, interval, bigint[], text),
+	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval, text, interval, text, interval, jsonb[], text) TO pgjq_producer, pgjq_admin;
+
 CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
 	SELECT q.name AS queue,
 		   q.paused,
@@ -636,7 +742,8 @@ CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
 		   q.rate,
 		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back,
 		   COALESCE(k.held_keys, 0) AS held_keys,
-		   q.key_rate
+		   q.key_rate,
+		   COALESCE(u.waiting, 0) AS waiting
 	  FROM pgjq.queue q
 	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
 	  LEFT JOIN pgjq._ring_counts() r ON r.queue_id OPERATOR(pg_catalog.=) q.queue_id
@@ -644,7 +751,8 @@ CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS ready,
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS scheduled,
 						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS oldest_ready,
-						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS next_run_at
+						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS next_run_at,
+						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'w') AS waiting
 				   FROM pgjq.job j GROUP BY j.queue_id) u ON u.queue_id OPERATOR(pg_catalog.=) q.queue_id
 	  LEFT JOIN (SELECT d.queue_id, pg_catalog.sum(pg_catalog.cardinality(d.ids)) AS completed
 				   FROM pgjq.job_done d GROUP BY d.queue_id) c ON c.queue_id OPERATOR(pg_catalog.=) q.queue_id
@@ -655,4 +763,4 @@ CREATE OR REPLACE VIEW pgjq.queue_stats WITH (security_barrier) AS
 	  LEFT JOIN (SELECT kh.queue_id, pg_catalog.count(*) AS held_keys FROM pgjq.key_holds kh
 				  WHERE kh.until OPERATOR(pg_catalog.>) pg_catalog.now() GROUP BY kh.queue_id) k
 			 ON k.queue_id OPERATOR(pg_catalog.=) q.queue_id;
-COMMENT ON VIEW pgjq.queue_stats IS 'per queue: jobs in each state, the age of the oldest ready job, its limits and how many claims the limits cut short since the server started (NULL without shared_preload_libraries)';
+COMMENT ON VIEW pgjq.queue_stats IS 'per queue: jobs in each state (waiting: for dependencies), the age of the oldest ready job, its limits and how many claims the limits cut short since the server started (NULL without shared_preload_libraries)';

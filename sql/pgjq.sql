@@ -81,7 +81,7 @@ CREATE SEQUENCE pgjq.token_seq AS bigint;
 CREATE TABLE pgjq.job (
 	id				bigint NOT NULL PRIMARY KEY,
 	queue_id		integer NOT NULL,
-	state			"char" NOT NULL CHECK (state IN ('s', 'r', 'n')),
+	state			"char" NOT NULL CHECK (state IN ('s', 'r', 'n', 'w')),
 	priority		smallint NOT NULL,
 	fair_key		text COLLATE "C" NOT NULL,
 	dedup_key		text,
@@ -96,13 +96,28 @@ CREATE TABLE pgjq.job (
 	cancel_requested boolean NOT NULL,
 	payload			jsonb NOT NULL,
 	timeout			interval,	/* its own execution deadline; NULL: the queue's */
-	dedup_scope		"char"	/* 'w': its dedup_key is held only until a claim; NULL: until it ends */
+	dedup_scope		"char",	/* 'w': its dedup_key is held only until a claim; NULL: until it ends */
+	deps_left		integer,	/* state 'w': dependencies not finished yet */
+	on_dep_failure	"char"	/* state 'w': 'r' runs it when a dependency ends dead or cancelled; NULL: cancelled */
 );
-COMMENT ON TABLE pgjq.job IS 'unfinished jobs outside the ring: scheduled, ready, dedup anchors (private)';
+COMMENT ON TABLE pgjq.job IS 'unfinished jobs outside the ring: scheduled, ready, waiting for dependencies, dedup anchors (private)';
 
 CREATE INDEX job_ready_idx ON pgjq.job (queue_id, priority, fair_key, id) WHERE state = 'r';
 CREATE INDEX job_scheduled_idx ON pgjq.job (run_at) WHERE state = 's';
 CREATE UNIQUE INDEX job_dedup_idx ON pgjq.job (queue_id, dedup_key) WHERE dedup_key IS NOT NULL;
+
+/*
+ * Dependencies (enqueue(..., after)): job_id waits in pgjq.job (state 'w')
+ * until depends_on has finished.  The background worker deletes an edge when
+ * its depends_on finishes (src/deps.c), so the rows are the edges still open.
+ */
+CREATE TABLE pgjq.job_dependency (
+	depends_on		bigint NOT NULL,
+	job_id			bigint NOT NULL,
+	PRIMARY KEY (depends_on, job_id)
+);
+CREATE INDEX job_dependency_job_idx ON pgjq.job_dependency (job_id);
+COMMENT ON TABLE pgjq.job_dependency IS 'open dependencies of waiting jobs (private)';
 
 /*
  * Finished jobs live in two tables, both range partitioned by finished_at in
@@ -177,6 +192,7 @@ COMMENT ON TABLE pgjq.history_partition IS 'the partitions of pgjq.job_done and 
 
 SELECT pg_catalog.pg_extension_config_dump('pgjq.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.job', '');
+SELECT pg_catalog.pg_extension_config_dump('pgjq.job_dependency', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.job_history', '');
 SELECT pg_catalog.pg_extension_config_dump('pgjq.job_done', '');
 
@@ -420,11 +436,13 @@ CREATE FUNCTION pgjq.enqueue(
 	dedup_scope text DEFAULT NULL,
 	dedup_for interval DEFAULT NULL,
 	on_duplicate text DEFAULT NULL,
-	debounce_max interval DEFAULT NULL)
+	debounce_max interval DEFAULT NULL,
+	after bigint[] DEFAULT NULL,
+	on_dependency_failure text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_enqueue';
-COMMENT ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval, text, interval, text, interval) IS 'add one job; returns its id (or the existing job''s id for a duplicate dedup_key)';
+COMMENT ON FUNCTION pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval, text, interval, text, interval, bigint[], text) IS 'add one job; returns its id (or the existing job''s id for a duplicate dedup_key)';
 
 CREATE FUNCTION pgjq.enqueue_many(
 	queue text,
@@ -438,12 +456,14 @@ CREATE FUNCTION pgjq.enqueue_many(
 	dedup_scope text DEFAULT NULL,
 	dedup_for interval DEFAULT NULL,
 	on_duplicate text DEFAULT NULL,
-	debounce_max interval DEFAULT NULL)
+	debounce_max interval DEFAULT NULL,
+	after jsonb[] DEFAULT NULL,
+	on_dependency_failure text DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 ROWS 100
 AS 'MODULE_PATHNAME', 'pgjq_enqueue_many';
-COMMENT ON FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval, text, interval, text, interval) IS 'add many jobs in one statement; returns their ids in input order';
+COMMENT ON FUNCTION pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval, text, interval, text, interval, jsonb[], text) IS 'add many jobs in one statement; returns their ids in input order';
 
 /* ---------------------------------------------------------------- claim */
 
@@ -672,7 +692,8 @@ CREATE TYPE pgjq.job_info AS (
 	worker			text,
 	last_error		text,
 	cancel_requested boolean,
-	result			jsonb	/* a completed job's, while it is kept in the history */
+	result			jsonb,	/* a completed job's, while it is kept in the history */
+	waiting_for		bigint[]	/* a waiting job's dependencies not finished yet */
 );
 COMMENT ON TYPE pgjq.job_info IS 'what pgjq.job() reports about one job';
 
@@ -692,10 +713,13 @@ LANGUAGE sql STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_tem
 ROWS 1
 AS $$
 	SELECT j.id, q.name,
-		   CASE j.state WHEN 's' THEN 'scheduled' ELSE 'ready' END,
+		   CASE j.state WHEN 's' THEN 'scheduled' WHEN 'w' THEN 'waiting' ELSE 'ready' END,
 		   j.attempt, j.max_attempts, j.priority, NULLIF(j.fair_key, ''), j.dedup_key,
 		   j.payload, j.enqueued_at, j.run_at, j.lease_until, NULL::timestamptz,
-		   j.worker, j.last_error, j.cancel_requested, NULL::jsonb
+		   j.worker, j.last_error, j.cancel_requested, NULL::jsonb,
+		   CASE WHEN j.state OPERATOR(pg_catalog.=) 'w' THEN
+				ARRAY(SELECT d.depends_on FROM pgjq.job_dependency d
+					   WHERE d.job_id OPERATOR(pg_catalog.=) j.id ORDER BY 1) END
 	  FROM pgjq.job j LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 	 WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.state OPERATOR(pg_catalog.<>) 'n'
 	UNION ALL
@@ -703,13 +727,13 @@ AS $$
 		   CASE h.state WHEN 'd' THEN 'dead' ELSE 'cancelled' END,
 		   h.attempt, h.max_attempts, h.priority, NULLIF(h.fair_key, ''), h.dedup_key,
 		   h.payload, h.enqueued_at, NULL, NULL, h.finished_at,
-		   h.worker, h.last_error, false, NULL
+		   h.worker, h.last_error, false, NULL, NULL
 	  FROM pgjq.job_history h LEFT JOIN pgjq.queue q ON q.queue_id OPERATOR(pg_catalog.=) h.queue_id
 	 WHERE h.id OPERATOR(pg_catalog.=) $1
 	UNION ALL
 	SELECT u.id, q.name, 'completed', u.attempt, NULL, NULL, NULL, NULL,
 		   NULL, u.enqueued_at, NULL, NULL, d.finished_at,
-		   NULL, NULL, false, u.result
+		   NULL, NULL, false, u.result, NULL
 	  FROM pgjq.job_done d
 	 CROSS JOIN LATERAL unnest(d.ids, d.attempts, d.enqueued_at, d.results)
 			 AS u(id, attempt, enqueued_at, result)
@@ -833,7 +857,8 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 		   q.rate,
 		   CASE WHEN pgjq._preloaded() THEN COALESCE(l.held_back, 0) END AS held_back,
 		   COALESCE(k.held_keys, 0) AS held_keys,
-		   q.key_rate
+		   q.key_rate,
+		   COALESCE(u.waiting, 0) AS waiting
 	  FROM pgjq.queue q
 	  LEFT JOIN pgjq._limits() l ON l.queue_id OPERATOR(pg_catalog.=) q.queue_id
 	  LEFT JOIN pgjq._ring_counts() r ON r.queue_id OPERATOR(pg_catalog.=) q.queue_id
@@ -841,7 +866,8 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS ready,
 						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS scheduled,
 						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'r') AS oldest_ready,
-						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS next_run_at
+						pg_catalog.min(j.run_at) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 's') AS next_run_at,
+						pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'w') AS waiting
 				   FROM pgjq.job j GROUP BY j.queue_id) u ON u.queue_id OPERATOR(pg_catalog.=) q.queue_id
 	  LEFT JOIN (SELECT d.queue_id, pg_catalog.sum(pg_catalog.cardinality(d.ids)) AS completed
 				   FROM pgjq.job_done d GROUP BY d.queue_id) c ON c.queue_id OPERATOR(pg_catalog.=) q.queue_id
@@ -852,7 +878,7 @@ CREATE VIEW pgjq.queue_stats WITH (security_barrier) AS
 	  LEFT JOIN (SELECT kh.queue_id, pg_catalog.count(*) AS held_keys FROM pgjq.key_holds kh
 				  WHERE kh.until OPERATOR(pg_catalog.>) pg_catalog.now() GROUP BY kh.queue_id) k
 			 ON k.queue_id OPERATOR(pg_catalog.=) q.queue_id;
-COMMENT ON VIEW pgjq.queue_stats IS 'per queue: jobs in each state, the age of the oldest ready job, its limits and how many claims the limits cut short since the server started (NULL without shared_preload_libraries)';
+COMMENT ON VIEW pgjq.queue_stats IS 'per queue: jobs in each state (waiting: for dependencies), the age of the oldest ready job, its limits and how many claims the limits cut short since the server started (NULL without shared_preload_libraries)';
 
 /* ----------------------------------------------------------- privileges */
 
@@ -862,8 +888,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgjq FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA pgjq FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION
-	pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval, text, interval, text, interval),
-	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval, text, interval, text, interval),
+	pgjq.enqueue(text, jsonb, interval, timestamptz, integer, text, text, integer, interval, text, interval, text, interval, bigint[], text),
+	pgjq.enqueue_many(text, jsonb[], interval, timestamptz, integer, text[], text[], interval, text, interval, text, interval, jsonb[], text),
 	pgjq.cancel(bigint),
 	pgjq.cancel_many(bigint[]),
 	pgjq.cancel_key(text, text),

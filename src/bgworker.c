@@ -39,6 +39,7 @@
  *-------------------------------------------------------------------------
  */
 #include "pgjq.h"
+#include "deps.h"
 #include "limits.h"
 #include "horizon.h"
 
@@ -573,6 +574,9 @@ worker_pass(WorkerState *ws)
 		if (!run_step("pgjq: counters", rebuild_counters, &n))
 			failed = true;
 		if (!run_chunks("pgjq: rescue", pgjq_maintenance_rescue_chunk, &progress, &more))
+			failed = true;
+		/* waiting jobs whose dependencies finished: released or cancelled (deps.c) */
+		if (!run_chunks("pgjq: dependencies", pgjq_deps_resolve_chunk, &progress, &more))
 			failed = true;
 		if (!run_chunks("pgjq: promote", pgjq_maintenance_promote_chunk, &progress, &more))
 			failed = true;

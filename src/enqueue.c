@@ -18,12 +18,14 @@
 #include "metrics.h"
 #include "args.h"
 #include "dedup.h"
+#include "deps.h"
 #include "ring.h"
 #include "storage.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(pgjq_enqueue);
@@ -89,6 +91,158 @@ store_jobs(const PgjqQueue *queue, PgjqNewJobs *jobs)
 		pgjq_storage_enqueue(queue->queue_id, jobs);
 }
 
+#define MAX_DEPS_PER_CALL 100000
+
+static void
+too_many_deps(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("after names too many jobs"),
+			 errdetail("A call names at most %d dependencies.", MAX_DEPS_PER_CALL)));
+}
+
+static void
+no_deps_with_dedup(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("after cannot be combined with a dedup_key")));
+}
+
+/* enqueue's after (bigint[]): the jobs it waits for; false when none */
+static bool
+deps_of_one(FunctionCallInfo fcinfo, int argno, PgjqJobDeps *deps)
+{
+	ArrayType  *arr;
+	Datum	   *v;
+	bool	   *nulls;
+	int			n;
+
+	memset(deps, 0, sizeof(*deps));
+	if (PG_NARGS() <= argno)
+		return false;
+	arr = pgjq_arg_array(fcinfo, argno, "after", INT8OID, false);
+	if (arr == NULL || pgjq_array_length(arr) == 0)
+		return false;
+	deconstruct_array(arr, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &v, &nulls, &n);
+	if (n > MAX_DEPS_PER_CALL)
+		too_many_deps();
+	deps->ids = palloc(sizeof(int64) * n);
+	for (int i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("after must not contain nulls")));
+		deps->ids[deps->n_ids++] = DatumGetInt64(v[i]);
+	}
+	return true;
+}
+
+/*
+ * enqueue_many's after (jsonb[], one element per payload): element i is
+ * NULL or a JSON array of job ids (numbers) and of "#k", the k-th job of this
+ * call (k from 1, before job i).  Returns false when no job has any.
+ */
+static bool
+deps_of_many(FunctionCallInfo fcinfo, int argno, int n, PgjqJobDeps **out)
+{
+	ArrayType  *arr;
+	Datum	   *v;
+	bool	   *nulls;
+	int			count;
+	PgjqJobDeps *deps;
+	bool		any = false;
+	int			total = 0;
+
+	*out = NULL;
+	if (PG_NARGS() <= argno)
+		return false;
+	arr = pgjq_arg_array(fcinfo, argno, "after", JSONBOID, false);
+	if (arr == NULL)
+		return false;
+	if (pgjq_array_length(arr) != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("after must have as many elements as payloads"),
+				 errdetail("payloads has %d elements, after has %d.", n, pgjq_array_length(arr))));
+	if (n == 0)
+		return false;
+	deconstruct_array(arr, JSONBOID, -1, false, TYPALIGN_INT, &v, &nulls, &count);
+	deps = palloc0(sizeof(PgjqJobDeps) * n);
+	for (int i = 0; i < n; i++)
+	{
+		Jsonb	   *j;
+		JsonbIterator *it;
+		JsonbValue	jv;
+		JsonbIteratorToken tok;
+		int			len;
+
+		if (nulls[i])
+			continue;
+		j = DatumGetJsonbP(v[i]);
+		if (!JB_ROOT_IS_ARRAY(j) || JB_ROOT_IS_SCALAR(j))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("after element %d must be a JSON array", i + 1),
+					 errhint("Name job ids as numbers and jobs of the same call as \"#k\" (k from 1), e.g. '[42, \"#1\"]'.")));
+		len = JB_ROOT_COUNT(j);
+		total += len;
+		if (total > MAX_DEPS_PER_CALL)
+			too_many_deps();
+		deps[i].ids = palloc(sizeof(int64) * Max(len, 1));
+		deps[i].positions = palloc(sizeof(int) * Max(len, 1));
+		it = JsonbIteratorInit(&j->root);
+		while ((tok = JsonbIteratorNext(&it, &jv, true)) != WJB_DONE)
+		{
+			if (tok != WJB_ELEM)
+				continue;
+			if (jv.type == jbvNumeric)
+			{
+				char	   *num = DatumGetCString(DirectFunctionCall1(numeric_out,
+																	  NumericGetDatum(jv.val.numeric)));
+				char	   *end;
+				int64		id;
+
+				errno = 0;
+				id = strtoll(num, &end, 10);
+				if (*end != '\0' || errno != 0 || id <= 0)
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							 errmsg("after element %d names an invalid job id %s", i + 1, num),
+							 errdetail("Job ids are positive integers.")));
+				deps[i].ids[deps[i].n_ids++] = id;
+			}
+			else if (jv.type == jbvString && jv.val.string.len > 1 && jv.val.string.val[0] == '#')
+			{
+				char	   *str = pnstrdup(jv.val.string.val + 1, jv.val.string.len - 1);
+				char	   *end;
+				long		k = strtol(str, &end, 10);
+
+				if (*end != '\0' || k < 1 || k > n)
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							 errmsg("after element %d names an invalid position \"#%s\"", i + 1, str),
+							 errdetail("A position is \"#k\" with k from 1 to the number of payloads.")));
+				if (k > i)
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							 errmsg("after element %d names position #%ld, which does not come before it", i + 1, k),
+							 errdetail("A job can depend only on jobs that exist or come earlier in the same call, so no cycle can be expressed.")));
+				deps[i].positions[deps[i].n_positions++] = (int) k - 1;
+			}
+			else
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("after element %d must contain job ids and \"#k\" positions only", i + 1)));
+		}
+		any = any || deps[i].n_ids + deps[i].n_positions > 0;
+	}
+	*out = deps;
+	return any;
+}
+
 static void
 queue_for_enqueue(const char *name, PgjqQueue *queue)
 {
@@ -110,6 +264,9 @@ pgjq_enqueue(PG_FUNCTION_ARGS)
 	int64		id;
 	PgjqQueue	queue;
 	PgjqDedup	dedup;
+	PgjqJobDeps deps;
+	bool		has_deps;
+	char		on_failure;
 
 	pgjq_arg_not_null(fcinfo, 1, "payload");
 	payload = PG_GETARG_DATUM(1);
@@ -141,11 +298,18 @@ pgjq_enqueue(PG_FUNCTION_ARGS)
 	jobs.dedup_keys = &dedup_key;
 	jobs.dedup_key_nulls = &dedup_null;
 	jobs.enqueued_at = now;
+	has_deps = deps_of_one(fcinfo, 13, &deps);
+	on_failure = pgjq_deps_failure_arg(fcinfo, 14);
+	if (has_deps && !dedup_null)
+		no_deps_with_dedup();
 
 	pgjq_storage_begin();
 	queue_for_enqueue(name, &queue);
 	jobs.max_attempts = PG_ARGISNULL(7) ? queue.max_attempts : PG_GETARG_INT32(7);
-	pgjq_dedup_store(&queue, &jobs, &dedup, store_jobs);
+	if (has_deps)
+		pgjq_deps_enqueue(&queue, &jobs, &deps, on_failure, store_jobs);
+	else
+		pgjq_dedup_store(&queue, &jobs, &dedup, store_jobs);
 	pgjq_storage_end();
 	pgjq_metrics_count(queue.queue_id, PGJQ_M_ENQUEUED, jobs.n);
 
@@ -198,6 +362,9 @@ pgjq_enqueue_many(PG_FUNCTION_ARGS)
 	int			count;
 	PgjqQueue	queue;
 	PgjqDedup	dedup;
+	PgjqJobDeps *deps = NULL;
+	bool		has_deps;
+	char		on_failure;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
 	if (n > PGJQ_MAX_ENQUEUE_MANY)
@@ -226,6 +393,11 @@ pgjq_enqueue_many(PG_FUNCTION_ARGS)
 		}
 	}
 
+	has_deps = deps_of_many(fcinfo, 12, n, &deps);
+	on_failure = pgjq_deps_failure_arg(fcinfo, 13);
+	if (has_deps && (jobs.dedup_keys != NULL || !PG_ARGISNULL(6)))
+		no_deps_with_dedup();
+
 	pgjq_srf_materialize(fcinfo);
 	if (n == 0)
 	{
@@ -242,7 +414,10 @@ pgjq_enqueue_many(PG_FUNCTION_ARGS)
 	pgjq_storage_begin();
 	queue_for_enqueue(name, &queue);
 	jobs.max_attempts = queue.max_attempts;
-	pgjq_dedup_store(&queue, &jobs, &dedup, store_jobs);
+	if (has_deps)
+		pgjq_deps_enqueue(&queue, &jobs, deps, on_failure, store_jobs);
+	else
+		pgjq_dedup_store(&queue, &jobs, &dedup, store_jobs);
 	pgjq_storage_end();
 	pgjq_metrics_count(queue.queue_id, PGJQ_M_ENQUEUED, jobs.n);
 

@@ -17,6 +17,7 @@
  */
 #include "args.h"
 #include "dedup.h"
+#include "deps.h"
 #include "metrics.h"
 #include "ring.h"
 #include "storage.h"
@@ -109,12 +110,17 @@ pgjq_maintenance_rescue_chunk(void)
 	return rescue_chunk(PGJQ_MAINTENANCE_CHUNK);
 }
 
-/* All due jobs, in the caller's transaction. */
+/*
+ * All due jobs, in the caller's transaction; first the waiting jobs whose
+ * dependencies finished (deps.c), so that those due now are promoted too.
+ */
 int64
 pgjq_maintenance_promote(void)
 {
 	int64		total = 0;
 	int64		n;
+
+	(void) pgjq_deps_resolve_all();
 
 	do
 	{

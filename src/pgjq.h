@@ -38,6 +38,7 @@ extern void pgjq_crash_point(const char *point);
 /* shmem.c */
 extern void pgjq_shmem_init(void);
 extern bool pgjq_shmem_ready(void);
+extern void pgjq_shmem_wake_worker(void);
 extern void pgjq_shmem_note_due(TimestampTz due);
 extern void pgjq_shmem_worker_attach(Oid dboid);
 extern void pgjq_shmem_worker_plan(TimestampTz wake_at);

@@ -29,6 +29,7 @@
 #include "limits.h"
 #include "metrics.h"
 #include "ring.h"
+#include "deps.h"
 
 #include "access/xact.h"
 #include "commands/dbcommands.h"
@@ -85,9 +86,9 @@ request_shmem(void)
 #endif
 	RequestAddinShmemSpace(add_size(add_size(add_size(shared_size(), pgjq_metrics_shmem_size()),
 											 add_size(pgjq_limits_shmem_size(), pgjq_wait_shmem_size())),
-									pgjq_ring_shmem_size()));
-	/* 0: worker slots, 1: limit counters, 2: waiters, 3: metrics, 4: ring */
-	RequestNamedLWLockTranche("pgjq", 5);
+									add_size(pgjq_ring_shmem_size(), pgjq_deps_shmem_size())));
+	/* 0: worker slots, 1: limit counters, 2: waiters, 3: metrics, 4: ring, 5: dependencies */
+	RequestNamedLWLockTranche("pgjq", 6);
 }
 
 static void
@@ -115,6 +116,7 @@ startup_shmem(void)
 	pgjq_wait_shmem_init(found);
 	pgjq_metrics_shmem_init(found);
 	pgjq_ring_shmem_init(found);
+	pgjq_deps_shmem_init(found);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -153,6 +155,7 @@ pgjq_shmem_init(void)
 	pgjq_wait_startup();
 	pgjq_metrics_startup();
 	pgjq_ring_startup();
+	pgjq_deps_startup();
 }
 
 /* True when pgjq was preloaded and its shared memory exists. */
@@ -186,6 +189,18 @@ wake_worker(TimestampTz due)
 			SetLatch(latch);
 		break;
 	}
+}
+
+/* Wake this database's worker now (a dependency finished: deps.c). */
+void
+pgjq_shmem_wake_worker(void)
+{
+	if (pgjq_state == NULL)
+		return;
+	if (my_slot != NULL)
+		SetLatch(MyLatch);		/* the worker's own commit: another pass */
+	else
+		wake_worker(0);
 }
 
 static void

@@ -192,6 +192,7 @@ extern int64 pgjq_storage_queue_purge(int32 queue_id);
 extern void pgjq_storage_enqueue(int32 queue_id, PgjqNewJobs *jobs);
 extern int64 pgjq_storage_next_token(void);
 extern int64 pgjq_storage_next_job_id(void);
+extern bool pgjq_storage_cancel_waiting(int64 id, const char *reason, TimestampTz now);
 
 /* cancel of a job waiting in pgjq.job (scheduled, or ready outside the ring) */
 extern PgjqCancelResult pgjq_storage_cancel(int64 id, TimestampTz now);

@@ -73,10 +73,18 @@ static PgjqPlan plan_dedup_lookup = {
 };
 
 static PgjqPlan plan_cancel_waiting = {
-	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.state IN ('s', 'r')"
+	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.state IN ('s', 'r', 'w')"
 	"           RETURNING j.*) "
 	HISTORY_FROM_D("'x'", "$2", "d.last_error", "NULL"),
 	2, {INT8OID, TIMESTAMPTZOID}
+};
+
+/* a waiting job whose dependency ended dead or cancelled (deps.c) */
+static PgjqPlan plan_cancel_dependent = {
+	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.state = 'w'"
+	"           RETURNING j.*) "
+	HISTORY_FROM_D("'x'", "$2", "$3", "NULL"),
+	3, {INT8OID, TIMESTAMPTZOID, TEXTOID}
 };
 
 /*
@@ -383,6 +391,22 @@ pgjq_storage_cancel(int64 id, TimestampTz now)
 		return PGJQ_CANCEL_DONE;
 	}
 	return PGJQ_CANCEL_NOT_FOUND;
+}
+
+/* Cancel waiting job id, with `reason` as its last_error; false if it is not waiting. */
+bool
+pgjq_storage_cancel_waiting(int64 id, const char *reason, TimestampTz now)
+{
+	Datum		values[3] = {Int64GetDatum(id), TimestampTzGetDatum(now),
+	CStringGetTextDatum(reason)};
+
+	pgjq_history_ensure(now);
+	pgjq_spi_run(&plan_cancel_dependent, values, NULL, 0);
+	if (SPI_processed == 0)
+		return false;
+	report_finished_at(1);
+	pgjq_wait_note_finished(id);
+	return true;
 }
 
 /*

@@ -38,6 +38,7 @@
  *-------------------------------------------------------------------------
  */
 #include "limits.h"
+#include "deps.h"
 
 #include "access/twophase.h"
 #include "access/xact.h"
@@ -572,6 +573,8 @@ job_bit(uint64 *mask, int64 id)
 void
 pgjq_wait_note_finished(int64 id)
 {
+	/* and for the jobs that wait on it (deps.c) */
+	pgjq_deps_note_finished(id);
 	if (wshared == NULL)
 		return;
 	register_callbacks();

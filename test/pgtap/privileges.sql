@@ -59,8 +59,8 @@ $$;
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pgjq_producer')$$,
 	ARRAY[
-		'pgjq.enqueue(text,jsonb,interval,timestamp with time zone,integer,text,text,integer,interval,text,interval,text,interval)',
-		'pgjq.enqueue_many(text,jsonb[],interval,timestamp with time zone,integer,text[],text[],interval,text,interval,text,interval)',
+		'pgjq.enqueue(text,jsonb,interval,timestamp with time zone,integer,text,text,integer,interval,text,interval,text,interval,bigint[],text)',
+		'pgjq.enqueue_many(text,jsonb[],interval,timestamp with time zone,integer,text[],text[],interval,text,interval,text,interval,jsonb[],text)',
 		'pgjq.cancel(bigint)',
 		'pgjq.cancel_many(bigint[])',
 		'pgjq.cancel_key(text,text)',

@@ -38,8 +38,8 @@ SELECT set_eq(
 		('resume(queue text) -> void'),
 		('purge(queue text) -> bigint'),
 		('list_queues(OUT queue text, OUT lease interval, OUT max_attempts integer, OUT backoff_base interval, OUT backoff_max interval, OUT retention interval, OUT concurrency integer, OUT key_concurrency integer, OUT rate double precision, OUT burst integer, OUT paused boolean, OUT created_at timestamp with time zone, OUT timeout interval, OUT key_rate double precision, OUT key_burst integer) -> SETOF record'),
-		('enqueue(queue text, payload jsonb, delay interval, run_at timestamp with time zone, priority integer, fair_key text, dedup_key text, max_attempts integer, timeout interval, dedup_scope text, dedup_for interval, on_duplicate text, debounce_max interval) -> bigint'),
-		('enqueue_many(queue text, payloads jsonb[], delay interval, run_at timestamp with time zone, priority integer, fair_keys text[], dedup_keys text[], timeout interval, dedup_scope text, dedup_for interval, on_duplicate text, debounce_max interval) -> SETOF bigint'),
+		('enqueue(queue text, payload jsonb, delay interval, run_at timestamp with time zone, priority integer, fair_key text, dedup_key text, max_attempts integer, timeout interval, dedup_scope text, dedup_for interval, on_duplicate text, debounce_max interval, after bigint[], on_dependency_failure text) -> bigint'),
+		('enqueue_many(queue text, payloads jsonb[], delay interval, run_at timestamp with time zone, priority integer, fair_keys text[], dedup_keys text[], timeout interval, dedup_scope text, dedup_for interval, on_duplicate text, debounce_max interval, after jsonb[], on_dependency_failure text) -> SETOF bigint'),
 		('claim(queue text, batch integer, lease interval, worker text, wait interval) -> SETOF pgjq.claimed'),
 		('claim(queues text[], batch integer, lease interval, worker text, wait interval) -> SETOF pgjq.claimed'),
 		('procedure await(IN queues text[], IN wait interval)'),
@@ -83,11 +83,12 @@ SELECT lives_ok($$PREPARE named_args AS
 		   pgjq.pause(queue => 'x'), pgjq.resume(queue => 'x'), pgjq.purge(queue => 'x'),
 		   pgjq.enqueue(queue => 'x', payload => '{}', delay => '1 s', run_at => now(), priority => 1,
 						fair_key => 'f', dedup_key => 'd', max_attempts => 1, timeout => '1 s',
-						dedup_scope => 'waiting', dedup_for => NULL, on_duplicate => 'replace', debounce_max => '1 s'),
+						dedup_scope => 'waiting', dedup_for => NULL, on_duplicate => 'replace', debounce_max => '1 s',
+						after => NULL, on_dependency_failure => 'run'),
 		   pgjq.enqueue_many(queue => 'x', payloads => ARRAY['{}'::jsonb], delay => '1 s', run_at => now(),
 							 priority => 1, fair_keys => ARRAY['f'], dedup_keys => ARRAY['d'], timeout => '1 s',
 							 dedup_scope => 'waiting', dedup_for => NULL, on_duplicate => 'replace',
-							 debounce_max => '1 s'),
+							 debounce_max => '1 s', after => NULL, on_dependency_failure => 'run'),
 		   pgjq.claim(queue => 'x', batch => 1, lease => '1 s', worker => 'w', wait => '1 s'),
 		   pgjq.claim(queues => ARRAY['x'], batch => 1, lease => '1 s', worker => 'w', wait => '1 s'),
 		   pgjq.complete(id => 1, token => 1), pgjq.complete(ids => ARRAY[1::bigint], tokens => ARRAY[1::bigint]),
@@ -153,17 +154,17 @@ SELECT is_empty(
 SELECT function_returns('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text', 'interval'], 'setof pgjq.claimed');
 SELECT function_returns('pgjq', 'claim', ARRAY['text[]', 'integer', 'interval', 'text', 'interval'], 'setof pgjq.claimed');
 SELECT function_returns('pgjq', 'enqueue',
-	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval', 'text', 'interval', 'text', 'interval'], 'bigint');
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval', 'text', 'interval', 'text', 'interval', 'bigint[]', 'text'], 'bigint');
 SELECT function_returns('pgjq', 'complete', ARRAY['bigint', 'bigint', 'jsonb'], 'boolean');
 SELECT function_returns('pgjq', 'complete', ARRAY['bigint[]', 'bigint[]', 'jsonb[]'], 'bigint');
 SELECT function_returns('pgjq', 'fail', ARRAY['bigint', 'bigint', 'text', 'interval', 'interval'], 'text');
 SELECT function_returns('pgjq', 'heartbeat', ARRAY['bigint', 'bigint', 'interval'], 'timestamp with time zone');
 SELECT is_definer('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text', 'interval']);
 SELECT is_definer('pgjq', 'enqueue',
-	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval', 'text', 'interval', 'text', 'interval']);
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval', 'text', 'interval', 'text', 'interval', 'bigint[]', 'text']);
 SELECT volatility_is('pgjq', 'claim', ARRAY['text', 'integer', 'interval', 'text', 'interval'], 'volatile');
 SELECT volatility_is('pgjq', 'enqueue',
-	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval', 'text', 'interval', 'text', 'interval'], 'volatile');
+	ARRAY['text', 'jsonb', 'interval', 'timestamp with time zone', 'integer', 'text', 'text', 'integer', 'interval', 'text', 'interval', 'text', 'interval', 'bigint[]', 'text'], 'volatile');
 
 -- ------------------------------------------------------------------- tables
 
@@ -227,7 +228,7 @@ SELECT results_eq(
 			 ('dedup_key', 'text'), ('payload', 'jsonb'), ('enqueued_at', 'timestamp with time zone'),
 			 ('run_at', 'timestamp with time zone'), ('lease_until', 'timestamp with time zone'),
 			 ('finished_at', 'timestamp with time zone'), ('worker', 'text'), ('last_error', 'text'),
-			 ('cancel_requested', 'boolean'), ('result', 'jsonb')$$,
+			 ('cancel_requested', 'boolean'), ('result', 'jsonb'), ('waiting_for', 'bigint[]')$$,
 	'pgjq.job_info has the documented columns, in order');
 
 -- -------------------------------------------------------------------- roles
