@@ -286,6 +286,28 @@ for my $name (@names)
 		'completed', 'job(id) agrees');
 }
 
+# ------------------------------------------------------------ workflow
+
+# examples/workflow.sh through PgBouncer: a graph of 5 jobs (one, then three
+# in parallel after it, then one after those) enqueued in one statement, run
+# by the workers above as the background worker releases each step, and
+# waited for with wait_jobs().
+{
+	my @wf = ('bash', "$examples/workflow.sh", 'd', '3', '{"sleep": 0.1}',
+		'-h', $sockdir, '-p', $bport, '-d', 'postgres', '-U', $user);
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run(\@wf, '>', \$out, '2>', \$err);
+	chomp $out;
+	ok($ok, 'workflow.sh exits 0 (the final step completed)') or diag "$out $err";
+	like($out, qr/^\d+\|completed$/, "workflow.sh reports the final step completed ($out)");
+	my ($final) = $out =~ /^(\d+)/;
+	$final //= 0;
+	is( $node_pg->safe_psql(
+			'postgres', "SELECT count(*) FROM generate_series($final - 4, $final) i, pgjq.job(i) j
+			              WHERE j.state = 'completed'"),
+		'5', 'all five steps completed');
+}
+
 # ------------------------------------------------------------ debounce
 
 # examples/debounce.sh through PgBouncer: a burst of events for one key makes
