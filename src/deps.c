@@ -123,6 +123,8 @@ static bool need_full = true;
 static uint64 seen_overflows = 0;
 static bool full_pending = false;	/* this transaction is a full look */
 static bool events_taken = false;	/* this transaction took events */
+static bool gone_looked = false;	/* the worker looked for gone jobs once */
+static bool gone_pending = false;	/* this transaction looks for them */
 
 static void
 list_add(IdList *l, int64 v)
@@ -223,6 +225,7 @@ reset_lists(void)
 	closed.n = 0;
 	full_pending = false;
 	events_taken = false;
+	gone_pending = false;
 }
 
 /*
@@ -274,6 +277,8 @@ resource_callback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, vo
 	}
 	if (full_pending)
 		need_full = false;
+	if (gone_pending)
+		gone_looked = true;
 	reset_lists();
 	if (wake)
 		pgjq_shmem_wake_worker();
@@ -668,6 +673,21 @@ static PgjqPlan plan_deps_of = {
 	1, {INT8ARRAYOID}
 };
 
+/*
+ * Which of the jobs $1 (ids between $2 and $3) have finished, and how: 'c'
+ * completed (pgjq.job_done, by its id range), 'd' dead or 'x' cancelled
+ * (pgjq.job_history).  Set-based: a fan-in of 10,000 is one statement.
+ */
+static PgjqPlan plan_finished = {
+	"WITH x AS (SELECT DISTINCT id FROM pg_catalog.unnest($1::int8[]) AS x(id))"
+	" SELECT x.id, 'c'::\"char\" FROM x"
+	"   JOIN (SELECT u.id FROM pgjq.job_done d CROSS JOIN LATERAL pg_catalog.unnest(d.ids) AS u(id)"
+	"          WHERE d.max_id >= $2 AND d.min_id <= $3) c ON c.id = x.id"
+	" UNION ALL"
+	" SELECT h.id, h.state FROM pgjq.job_history h JOIN x ON x.id = h.id",
+	3, {INT8ARRAYOID, INT8OID, INT8OID}
+};
+
 static PgjqPlan plan_states = {
 	"SELECT u.x, j.state FROM pg_catalog.unnest($1::int8[]) AS u(x)"
 	"  LEFT JOIN LATERAL pgjq.job(u.x) AS j ON true",
@@ -739,9 +759,9 @@ ended_as(char s)
  * finished.
  */
 static int
-close_finished(int64 *xs, int n, TimestampTz now)
+close_finished(int64 *xs, int n, bool look_for_gone, TimestampTz now)
 {
-	Datum		v[2];
+	Datum		v[3];
 	Datum	   *fx = palloc(sizeof(Datum) * Max(n, 1));
 	Datum	   *fs = palloc(sizeof(Datum) * Max(n, 1));
 	int			nf = 0;
@@ -749,28 +769,77 @@ close_finished(int64 *xs, int n, TimestampTz now)
 	uint64		rows;
 	uint64		r = 0;
 
+	/* xs is sorted: its ends bound the ids */
 	v[0] = PointerGetDatum(int8_array(xs, n));
-	pgjq_spi_run(&plan_states, v, NULL, 0);
+	v[1] = Int64GetDatum(xs[0]);
+	v[2] = Int64GetDatum(xs[n - 1]);
+	pgjq_spi_run(&plan_finished, v, NULL, 0);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
-		Datum		d = pgjq_spi_get(i, 2, &isnull);
-		char	   *st = isnull ? NULL : TextDatumGetCString(d);
-		char		s;
 
-		if (st == NULL)
-			s = 'v';			/* gone: its queue was dropped */
-		else if (strcmp(st, "completed") == 0)
-			s = 'c';
-		else if (strcmp(st, "dead") == 0)
-			s = 'd';
-		else if (strcmp(st, "cancelled") == 0)
-			s = 'x';
-		else
-			continue;			/* not finished (a retry, or redriven) */
 		fx[nf] = Int64GetDatum(pgjq_spi_get_int64(i, 1));
-		fs[nf] = CharGetDatum(s);
+		fs[nf] = pgjq_spi_get(i, 2, &isnull);
 		nf++;
+	}
+
+	/*
+	 * A job with no row anywhere is gone (its queue was dropped).  Looked
+	 * for only when a drop happened or after a start (job(id) for each
+	 * unfinished target is the costly part), and twice: a job whose
+	 * completion commits during the look can be gone from shared memory
+	 * while the look's snapshot does not show its history row yet; the
+	 * second look has a newer snapshot, taken after shared memory let it go.
+	 */
+	if (look_for_gone && nf < n)
+	{
+		int64	   *rest = palloc(sizeof(int64) * n);
+		int			nrest = 0;
+		int64	   *fin = palloc(sizeof(int64) * Max(nf, 1));
+
+		for (int i = 0; i < nf; i++)
+			fin[i] = DatumGetInt64(fx[i]);
+		qsort(fin, nf, sizeof(int64), cmp_int64);
+		for (int i = 0; i < n; i++)
+			if (bsearch(&xs[i], fin, nf, sizeof(int64), cmp_int64) == NULL)
+				rest[nrest++] = xs[i];
+		for (int pass = 0; pass < 2 && nrest > 0; pass++)
+		{
+			int			k = 0;
+
+			v[0] = PointerGetDatum(int8_array(rest, nrest));
+			pgjq_spi_run(&plan_states, v, NULL, 0);
+			for (uint64 i = 0; i < SPI_processed; i++)
+			{
+				bool		isnull;
+				Datum		st = pgjq_spi_get(i, 2, &isnull);
+
+				if (!isnull)
+				{
+					char	   *state = TextDatumGetCString(st);
+					char		c = strcmp(state, "completed") == 0 ? 'c' :
+						strcmp(state, "dead") == 0 ? 'd' :
+						strcmp(state, "cancelled") == 0 ? 'x' : 0;
+
+					/* finished since the look above: taken now */
+					if (c != 0 && pass == 1)
+					{
+						fx[nf] = Int64GetDatum(pgjq_spi_get_int64(i, 1));
+						fs[nf++] = CharGetDatum(c);
+					}
+					continue;
+				}
+				if (pass == 0)
+					rest[k++] = pgjq_spi_get_int64(i, 1);
+				else
+				{
+					fx[nf] = Int64GetDatum(pgjq_spi_get_int64(i, 1));
+					fs[nf++] = CharGetDatum('v');
+				}
+			}
+			if (pass == 0)
+				nrest = k;
+		}
 	}
 	if (nf == 0)
 		return 0;
@@ -881,6 +950,7 @@ pgjq_deps_resolve_chunk(void)
 	DepEvent   *ev;
 	int			nev;
 	bool		full;
+	bool		look_for_gone;
 	bool		all = false;
 	uint64		overflows;
 	int64	   *xs;
@@ -897,6 +967,11 @@ pgjq_deps_resolve_chunk(void)
 	ev = palloc(sizeof(DepEvent) * PGJQ_MAINTENANCE_CHUNK);
 	nev = take_events(ev, PGJQ_MAINTENANCE_CHUNK, &all);
 	full = need_full || all || overflows != seen_overflows;
+	/* a drop, and the first look after a start: targets that are gone */
+	look_for_gone = all || !gone_looked;
+	if (all)
+		gone_looked = false;	/* until this look commits */
+	gone_pending = look_for_gone;
 	/* an abort loses the events taken: the next chunk looks at everything */
 	events_taken = nev > 0;
 	if (full)
@@ -965,7 +1040,7 @@ pgjq_deps_resolve_chunk(void)
 	}
 	nx = sort_unique(xs, nx);
 	if (nx > 0)
-		(void) close_finished(xs, nx, now);
+		(void) close_finished(xs, nx, look_for_gone, now);
 	pgjq_storage_end();
 	return nev + (full ? nx : 0);
 }
