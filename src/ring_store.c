@@ -1041,6 +1041,32 @@ promote_picked(void)
 	return n;
 }
 
+/*
+ * Jobs waiting for dependencies that were just released (deps.c), straight
+ * from their 'w' rows into the ring, in the caller's transaction: a claim
+ * then finds them in a lane without moving them first.  Those the ring has
+ * no room for stay as they are.  Returns how many moved.
+ */
+static PgjqPlan plan_promote_waiting_pick = {
+	"SELECT j.id, j.xmin FROM pgjq.job j WHERE j.id = ANY ($1) AND j.state = 'w'"
+	" ORDER BY j.id FOR UPDATE",
+	1, {INT8ARRAYOID}
+};
+
+int64
+pgjq_ring_promote_waiting(int n, const int64 *ids)
+{
+	Datum		values[1];
+
+	if (ring == NULL || n <= 0 || !ensure_ready(false))
+		return 0;
+	if (promote_room(n) < n)
+		return 0;
+	values[0] = PointerGetDatum(int8_array((int64 *) ids, n));
+	pgjq_spi_run(&plan_promote_waiting_pick, values, NULL, 0);
+	return promote_picked();
+}
+
 int64
 pgjq_ring_promote(TimestampTz now, int limit)
 {
