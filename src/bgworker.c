@@ -570,13 +570,16 @@ worker_pass(WorkerState *ws)
 		failed = true;
 	else if (n == 1)
 	{
+		/*
+		 * waiting jobs whose dependencies finished, released or cancelled
+		 * (deps.c): first, as a completion woke the worker for them
+		 */
+		if (!run_chunks("pgjq: dependencies", pgjq_deps_resolve_chunk, &progress, &more))
+			failed = true;
 		/* rescue first: a rescued job that is due at once is then promoted */
 		if (!run_step("pgjq: counters", rebuild_counters, &n))
 			failed = true;
 		if (!run_chunks("pgjq: rescue", pgjq_maintenance_rescue_chunk, &progress, &more))
-			failed = true;
-		/* waiting jobs whose dependencies finished: released or cancelled (deps.c) */
-		if (!run_chunks("pgjq: dependencies", pgjq_deps_resolve_chunk, &progress, &more))
 			failed = true;
 		if (!run_chunks("pgjq: promote", pgjq_maintenance_promote_chunk, &progress, &more))
 			failed = true;

@@ -1,9 +1,9 @@
 # Copyright (c) pgjq contributors
 #
 # Dependencies with the background worker: it releases a waiting job when
-# its dependencies complete (a chain, a fan-in), woken by the completing
-# commit (a waiting claim gets the released job without polling); and
-# across crashes:
+# its dependencies complete (a chain of 1,000, a fan-in of 10,000), woken by
+# the completing commit (a waiting claim gets the released job without
+# polling); and across crashes:
 # - a completion that crashes after its commit record and before anything
 #   else (pgjq.debug_crash_at = 'commit'): the event for the worker is lost
 #   with shared memory, and the worker's first pass after the restart finds
@@ -49,35 +49,56 @@ sub claim_one
 		FROM pgjq.claim('dq', 1, wait => '$wait')});
 }
 
-# ------------------------------------------------------------- a chain
+# A client that claims one batch (waiting in the server for up to 5 s, no
+# polling) and completes it in the same statement, noting each job; a claim
+# that finds nothing stops the client (pgbench counts it as failed).
+my $step = $node->basedir . '/step.sql';
+open my $fh, '>', $step or die $!;
+print $fh <<'SQL';
+WITH c AS (SELECT id, token FROM pgjq.claim(:q, :batch, wait => '5 s')),
+     i AS (INSERT INTO ran SELECT c.id, clock_timestamp() FROM c WHERE pgjq.complete(c.id, c.token) RETURNING 1)
+SELECT count(*) AS n FROM i \gset
+\if :n = 0
+\shell false
+\endif
+SQL
+close $fh;
+sql(q{CREATE TABLE ran (id bigint PRIMARY KEY, at timestamptz NOT NULL)});
 
-sql(q{SELECT count(*) FROM pgjq.enqueue_many('dq',
-	ARRAY['{"n": "c1"}', '{"n": "c2"}', '{"n": "c3"}']::jsonb[],
-	after => ARRAY['[]', '["#1"]', '["#2"]']::jsonb[])});
-my @order;
-for my $step (1 .. 3)
-{
-	my ($id, $tok, $n) = split /\|/, claim_one('10 s');
-	push @order, $n // 'none';
-	sql("SELECT pgjq.complete($id, $tok)") if $id;
-}
-is(join(',', @order), 'c1,c2,c3', 'a chain runs in order, each released by the worker');
+# ------------------------------------------------------ a chain of 1,000
 
-# ------------------------------------------------------------- a fan-in
+sql(q{SELECT pgjq.create_queue('chain');
+SELECT count(*) FROM pgjq.enqueue_many('chain', array_fill('{}'::jsonb, ARRAY[1000]),
+	after => ARRAY['[]'::jsonb] || ARRAY(SELECT jsonb_build_array('#' || k) FROM generate_series(1, 999) k))});
+$node->command_ok(
+	[ 'pgbench', '-n', '-M', 'extended', '-c', '1', '-t', '1000', '-f', $step,
+		'-D', 'q=chain', '-D', 'batch=1', 'postgres' ],
+	'a chain of 1,000: each job released by the worker and claimed in turn');
+is(sql(q{SELECT count(*) FROM ran r, pgjq.job(r.id) j WHERE j.queue = 'chain' AND j.state = 'completed'}),
+	'1000', 'all 1,000 completed');
+is(sql(q{SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY at) AS prev FROM ran) s
+          WHERE prev IS NOT NULL AND id <> prev + 1}), '0', 'in chain order');
 
-sql(q{SELECT count(*) FROM pgjq.enqueue_many('dq',
-	array_fill('{"n": "leaf"}'::jsonb, ARRAY[200]) || '{"n": "callback"}'::jsonb,
-	after => array_fill('[]'::jsonb, ARRAY[200])
-	         || (SELECT jsonb_agg('#' || i) FROM generate_series(1, 200) i))});
-is(sql(q{SELECT waiting FROM pgjq.queue_stats WHERE queue = 'dq'}), '1', 'the callback waits');
-my $leaves = 0;
-for (1 .. 20)
-{
-	$leaves += sql(q{SELECT count(pgjq.complete(id, token)) FROM pgjq.claim('dq', 10)});
-}
-is($leaves, 200, 'the 200 leaves ran');
-my (undef, $cbtok, $cb) = split /\|/, claim_one('10 s');
-is($cb, 'callback', 'the fan-in callback is released after the last leaf');
+# ----------------------------------------------------- a fan-in of 10,000
+
+sql(q{TRUNCATE ran; SELECT pgjq.create_queue('fanin')});
+my $cb = sql(q{SELECT max(x) FROM pgjq.enqueue_many('fanin',
+	array_fill('{}'::jsonb, ARRAY[10001]),
+	after => array_fill('[]'::jsonb, ARRAY[10000])
+	         || (SELECT jsonb_agg('#' || k) FROM generate_series(1, 10000) k)) x});
+is(sql(qq{SELECT state || ' ' || cardinality(waiting_for) FROM pgjq.job($cb)}), 'waiting 10000',
+	'the callback waits for its 10,000 leaves');
+# 4 clients until one finds nothing for 5 s; the callback comes last
+$node->command_checks_all(
+	[ 'pgbench', '-n', '-M', 'extended', '-c', '4', '-j', '2', '-T', '120', '-f', $step,
+		'-D', 'q=fanin', '-D', 'batch=10', 'postgres' ],
+	2, [qr/actually processed/], [qr/could not launch shell command/],
+	'a fan-in of 10,000: the clients stop when nothing is left');
+is(sql(q{SELECT count(*) FROM ran}), '10001', 'every leaf and the callback ran');
+is(sql(qq{SELECT count(*) FROM ran r, pgjq.job(r.id) j WHERE j.state = 'completed'}), '10001',
+	'all completed');
+ok(sql(qq{SELECT (SELECT at FROM ran WHERE id = $cb) > (SELECT max(at) FROM ran WHERE id <> $cb)}) eq 't',
+	'the callback ran after the last leaf');
 
 # ------------------------------------ a crash right after a completion's commit
 
