@@ -987,6 +987,7 @@ pgjq_deps_resolve_chunk(void)
 	int			maxx;
 	int64	   *checks;
 	int			nchecks = 0;
+	int			nfin = 0;
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (dshared == NULL)
@@ -999,10 +1000,16 @@ pgjq_deps_resolve_chunk(void)
 	 * finished dependencies are still there), and a claim of a released job
 	 * flushes this chunk's WAL with its own commit, which comes after it.
 	 * One flush fewer between a completion and its dependent's pickup.
+	 * (Local to the chunk's transaction, like SET LOCAL.)
 	 */
 	if (IsBackgroundWorker)
+	{
 		(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
+		/* a full look's estimates can pass jit_above_cost: compiling costs more */
+		(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+	}
 	overflows = pg_atomic_read_u64(&dshared->overflows);
 	ev = palloc(sizeof(DepEvent) * PGJQ_MAINTENANCE_CHUNK);
 	nev = take_events(ev, PGJQ_MAINTENANCE_CHUNK, &all);
@@ -1090,8 +1097,11 @@ pgjq_deps_resolve_chunk(void)
 	}
 	nx = sort_unique(xs, nx);
 	if (nx > 0)
-		(void) close_finished(xs, nx, look_for_gone, now);
+		nfin = close_finished(xs, nx, look_for_gone, now);
 	pgjq_storage_end();
+	if (GetCurrentTimestamp() - now > 500 * 1000)
+		elog(LOG, "pgjq: dependencies: a chunk took %ld ms (%d events, %s look, %d targets, %d finished, gone %d)",
+			 (long) ((GetCurrentTimestamp() - now) / 1000), nev, full ? "full" : "event", nx, nfin, look_for_gone);
 	return nev + (full ? nx : 0);
 }
 
