@@ -85,6 +85,8 @@ typedef struct DepEvent
 {
 	Oid			dboid;
 	char		kind;
+	char		how;			/* EV_FINISHED: how the job ended
+								 * (PGJQ_FINISHED_*) */
 	int64		id;
 } DepEvent;
 
@@ -110,7 +112,8 @@ typedef struct IdList
 	int			max;
 } IdList;
 
-static IdList finished;			/* jobs this transaction finished */
+static IdList finished;			/* jobs this transaction finished, and how
+								 * (pairs: id, PGJQ_FINISHED_*) */
 static bool finished_all = false;	/* and jobs it cannot name */
 static IdList added;			/* targets this transaction added (pairs: id,
 								 * edges) */
@@ -185,7 +188,7 @@ pgjq_deps_shmem_init(bool found_unused)
 
 /* Queue one event for this database's worker; caller holds dep_lock. */
 static void
-push_event(char kind, int64 id)
+push_event(char kind, int64 id, char how)
 {
 	if (dshared->nevents >= DEP_EVENTS)
 	{
@@ -194,6 +197,7 @@ push_event(char kind, int64 id)
 	}
 	dshared->events[dshared->nevents].dboid = MyDatabaseId;
 	dshared->events[dshared->nevents].kind = kind;
+	dshared->events[dshared->nevents].how = how;
 	dshared->events[dshared->nevents].id = id;
 	dshared->nevents++;
 }
@@ -257,23 +261,23 @@ resource_callback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, vo
 		{
 			if (finished_all)
 			{
-				push_event(EV_ALL, 0);
+				push_event(EV_ALL, 0, 0);
 				wake = true;
 			}
 			else
-				for (int i = 0; i < finished.n; i++)
+				for (int i = 0; i + 1 < finished.n; i += 2)
 				{
 					DepKey		key = {MyDatabaseId, finished.v[i]};
 
 					if (hash_search(dtargets, &key, HASH_FIND, NULL) != NULL)
 					{
-						push_event(EV_FINISHED, finished.v[i]);
+						push_event(EV_FINISHED, finished.v[i], (char) finished.v[i + 1]);
 						wake = true;
 					}
 				}
 		}
 		for (int i = 0; i < waiting.n; i++)
-			push_event(EV_CHECK, waiting.v[i]);
+			push_event(EV_CHECK, waiting.v[i], 0);
 		wake = wake || waiting.n > 0;
 		LWLockRelease(dshared->lock);
 	}
@@ -336,12 +340,13 @@ register_callback(void)
 }
 
 /*
- * This transaction finishes job `id` (0: jobs it cannot name).  Always kept,
- * whether anything depends on the job or not: an enqueue that names it may
- * add it to the set before this transaction commits.
+ * This transaction finishes job `id` (0: jobs it cannot name), as `how`.
+ * Always kept, whether anything depends on the job or not: an enqueue that
+ * names it may add it to the set before this transaction commits.  The event
+ * carries `how`, so the worker need not look the job up.
  */
 void
-pgjq_deps_note_finished(int64 id)
+pgjq_deps_note_finished(int64 id, char how)
 {
 	if (dshared == NULL)
 		return;
@@ -349,7 +354,10 @@ pgjq_deps_note_finished(int64 id)
 	if (id == 0)
 		finished_all = true;
 	else
+	{
 		list_add(&finished, id);
+		list_add(&finished, (int64) how);
+	}
 }
 
 /* ------------------------------------------------------------- enqueue */
@@ -780,17 +788,29 @@ ended_as(char s)
  * finished.
  */
 static int
-close_finished(int64 *xs, int n, bool look_for_gone, TimestampTz now)
+close_finished(int64 *xs, int n, const int64 *kx, const char *ks, int nk,
+			   bool look_for_gone, TimestampTz now)
 {
 	Datum		v[3];
-	Datum	   *fx = palloc(sizeof(Datum) * Max(n, 1));
-	Datum	   *fs = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *fx = palloc(sizeof(Datum) * Max(n + nk, 1));
+	Datum	   *fs = palloc(sizeof(Datum) * Max(n + nk, 1));
 	int			nf = 0;
+	int			nlooked;
 	SPITupleTable *tt;
 	uint64		rows;
 	uint64		r = 0;
 	int64	   *due;
 	int			ndue = 0;
+
+	/* finished as their events said: nothing to look up */
+	for (int i = 0; i < nk; i++)
+	{
+		fx[nf] = Int64GetDatum(kx[i]);
+		fs[nf++] = CharGetDatum(ks[i]);
+	}
+	nlooked = nf;
+	if (n == 0)
+		goto close;
 
 	/* xs is sorted: its ends bound the ids */
 	v[0] = PointerGetDatum(int8_array(xs, n));
@@ -821,17 +841,18 @@ close_finished(int64 *xs, int n, bool look_for_gone, TimestampTz now)
 	 * while the look's snapshot does not show its history row yet; the
 	 * second look has a newer snapshot, taken after shared memory let it go.
 	 */
-	if (look_for_gone && nf < n)
+	if (look_for_gone && nf - nlooked < n)
 	{
 		int64	   *rest = palloc(sizeof(int64) * n);
 		int			nrest = 0;
 		int64	   *fin = palloc(sizeof(int64) * Max(nf, 1));
+		int			nfin = nf;
 
 		for (int i = 0; i < nf; i++)
 			fin[i] = DatumGetInt64(fx[i]);
-		qsort(fin, nf, sizeof(int64), cmp_int64);
+		qsort(fin, nfin, sizeof(int64), cmp_int64);
 		for (int i = 0; i < n; i++)
-			if (bsearch(&xs[i], fin, nf, sizeof(int64), cmp_int64) == NULL)
+			if (bsearch(&xs[i], fin, nfin, sizeof(int64), cmp_int64) == NULL)
 				rest[nrest++] = xs[i];
 		for (int pass = 0; pass < 2 && nrest > 0; pass++)
 		{
@@ -871,6 +892,7 @@ close_finished(int64 *xs, int n, bool look_for_gone, TimestampTz now)
 				nrest = k;
 		}
 	}
+close:
 	if (nf == 0)
 		return 0;
 
@@ -987,6 +1009,9 @@ pgjq_deps_resolve_chunk(void)
 	int			maxx;
 	int64	   *checks;
 	int			nchecks = 0;
+	int64	   *kx;				/* finished, as their events said */
+	char	   *ks;
+	int			nk = 0;
 	int			nfin = 0;
 	TimestampTz now = GetCurrentTimestamp();
 
@@ -1040,9 +1065,16 @@ pgjq_deps_resolve_chunk(void)
 	maxx = nev + 16;
 	xs = palloc(sizeof(int64) * maxx);
 	checks = palloc(sizeof(int64) * Max(nev, 1));
+	kx = palloc(sizeof(int64) * Max(nev, 1));
+	ks = palloc(sizeof(char) * Max(nev, 1));
 	for (int i = 0; i < nev; i++)
 	{
-		if (ev[i].kind == EV_FINISHED)
+		if (ev[i].kind == EV_FINISHED && ev[i].how != 0)
+		{
+			kx[nk] = ev[i].id;
+			ks[nk++] = ev[i].how;
+		}
+		else if (ev[i].kind == EV_FINISHED)
 			xs[nx++] = ev[i].id;
 		else
 			checks[nchecks++] = ev[i].id;
@@ -1096,8 +1128,21 @@ pgjq_deps_resolve_chunk(void)
 			xs[nx++] = pgjq_spi_get_int64(i, 1);
 	}
 	nx = sort_unique(xs, nx);
-	if (nx > 0)
-		nfin = close_finished(xs, nx, look_for_gone, now);
+	/* the jobs whose events said how they ended need no look */
+	if (nk > 0 && nx > 0)
+	{
+		int64	   *sk = palloc(sizeof(int64) * nk);
+		int			m = 0;
+
+		memcpy(sk, kx, sizeof(int64) * nk);
+		qsort(sk, nk, sizeof(int64), cmp_int64);
+		for (int i = 0; i < nx; i++)
+			if (bsearch(&xs[i], sk, nk, sizeof(int64), cmp_int64) == NULL)
+				xs[m++] = xs[i];
+		nx = m;
+	}
+	if (nx > 0 || nk > 0)
+		nfin = close_finished(xs, nx, kx, ks, nk, look_for_gone, now);
 	pgjq_storage_end();
 	if (GetCurrentTimestamp() - now > 500 * 1000)
 		elog(LOG, "pgjq: dependencies: a chunk took %ld ms (%d events, %s look, %d targets, %d finished, gone %d)",

@@ -32,7 +32,7 @@ extern void pgjq_deps_shmem_init(bool found);
 extern char pgjq_deps_failure_arg(FunctionCallInfo fcinfo, int argno);
 extern void pgjq_deps_enqueue(const PgjqQueue *queue, PgjqNewJobs *jobs, PgjqJobDeps *deps,
 							  char on_failure, PgjqStoreJobs store);
-extern void pgjq_deps_note_finished(int64 id);
+extern void pgjq_deps_note_finished(int64 id, char how);
 extern int64 pgjq_deps_resolve_chunk(void);
 extern int64 pgjq_deps_resolve_all(void);
 

@@ -59,7 +59,7 @@ extern void pgjq_wait_unregister(void);
 extern void pgjq_wait_note_ready(int32 queue_id, int n);
 extern void pgjq_wait_note_claimed(int32 queue_id, int n);
 extern void pgjq_wait_wake(Oid dboid, int32 queue_id, int n);
-extern void pgjq_wait_note_finished(int64 id);
+extern void pgjq_wait_note_finished(int64 id, char how);
 extern void pgjq_wait_jobs_register(int n, const int64 *ids);
 extern void pgjq_wait_jobs_unregister(void);
 extern void pgjq_wait_jobs_sleep(TimestampTz until);

@@ -1729,7 +1729,7 @@ history_one(const BodyRow *b, char state, int32 attempt, int64 token, const char
 	nulls[14] = b->timeout_us > 0 ? ' ' : 'n';
 	pgjq_history_ensure(now);
 	pgjq_spi_run(&plan_history_one, values, nulls, 0);
-	pgjq_wait_note_finished(b->id);
+	pgjq_wait_note_finished(b->id, state);
 	if (b->dedup_key)
 		anchors_end(1, &b->id);
 	if (pgjq_jobs_finished_hook)
@@ -1889,7 +1889,7 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 			nulls[7] = true;
 		pgjq_history_insert_done(values, nulls);
 		for (int k = 0; k < c; k++)
-			pgjq_wait_note_finished(DatumGetInt64(di[k]));
+			pgjq_wait_note_finished(DatumGetInt64(di[k]), PGJQ_FINISHED_COMPLETED);
 		if (pgjq_jobs_finished_hook)
 			pgjq_jobs_finished_hook(qid, PGJQ_FINISHED_COMPLETED, c);
 
@@ -2925,7 +2925,7 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 	}
 	/* its jobs ended or vanished: wait_jobs() callers look again */
 	if (*nready > 0 || nrun > 0)
-		pgjq_wait_note_finished(0);
+		pgjq_wait_note_finished(0, 0);
 	return running;
 }
 

@@ -387,7 +387,7 @@ pgjq_storage_cancel(int64 id, TimestampTz now)
 	if (SPI_processed > 0)
 	{
 		report_finished_at(1);
-		pgjq_wait_note_finished(id);
+		pgjq_wait_note_finished(id, PGJQ_FINISHED_CANCELLED);
 		return PGJQ_CANCEL_DONE;
 	}
 	return PGJQ_CANCEL_NOT_FOUND;
@@ -405,7 +405,7 @@ pgjq_storage_cancel_waiting(int64 id, const char *reason, TimestampTz now)
 	if (SPI_processed == 0)
 		return false;
 	report_finished_at(1);
-	pgjq_wait_note_finished(id);
+	pgjq_wait_note_finished(id, PGJQ_FINISHED_CANCELLED);
 	return true;
 }
 

@@ -440,7 +440,7 @@ pgjq_storage_queue_delete(int32 queue_id)
 	pgjq_spi_run(&plan_delete_jobs, values, NULL, 0);
 	/* its jobs are gone: wait_jobs() callers look again */
 	if (SPI_processed > 0)
-		pgjq_wait_note_finished(0);
+		pgjq_wait_note_finished(0, 0);
 	pgjq_spi_run(&plan_delete_holds, values, NULL, 0);
 	pgjq_spi_run(&plan_delete, values, NULL, 0);
 	queue_changed();
@@ -453,6 +453,6 @@ pgjq_storage_queue_purge(int32 queue_id)
 
 	pgjq_spi_run(&plan_purge, values, NULL, 0);
 	if (SPI_processed > 0)
-		pgjq_wait_note_finished(0);
+		pgjq_wait_note_finished(0, 0);
 	return (int64) SPI_processed;
 }

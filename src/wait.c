@@ -567,14 +567,15 @@ job_bit(uint64 *mask, int64 id)
 
 /*
  * This transaction finishes job `id` (0: jobs it cannot name, such as those
- * of a dropped queue: every wait_jobs() caller looks again).  Kept if a
- * subtransaction aborts: a spurious wake-up is harmless.
+ * of a dropped queue: every wait_jobs() caller looks again), ending it as
+ * `how` (PGJQ_FINISHED_*; 0 with id 0).  Kept if a subtransaction aborts: a
+ * spurious wake-up is harmless.
  */
 void
-pgjq_wait_note_finished(int64 id)
+pgjq_wait_note_finished(int64 id, char how)
 {
 	/* and for the jobs that wait on it (deps.c) */
-	pgjq_deps_note_finished(id);
+	pgjq_deps_note_finished(id, how);
 	if (wshared == NULL)
 		return;
 	register_callbacks();
