@@ -61,7 +61,6 @@
 #include "utils/timestamp.h"
 
 #define DEP_EVENTS		8192
-#define DEP_MAX_PER_JOB	100000
 
 #define EV_FINISHED		'f'		/* a target finished */
 #define EV_CHECK		'j'		/* a new waiting job: look at its dependencies */
