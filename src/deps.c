@@ -502,9 +502,8 @@ pgjq_deps_enqueue(const PgjqQueue *queue, PgjqNewJobs *jobs, PgjqJobDeps *deps,
 				  char on_failure, PgjqStoreJobs store)
 {
 	int			n = jobs->n;
-	int64	   *named = palloc(sizeof(int64) * 1);
+	int64	   *named;
 	int			nnamed = 0;
-	int			maxnamed = 1;
 	int64	   *edge_from;		/* depends_on */
 	int64	   *edge_to;		/* job_id */
 	int			nedges = 0;
@@ -512,17 +511,15 @@ pgjq_deps_enqueue(const PgjqQueue *queue, PgjqNewJobs *jobs, PgjqJobDeps *deps,
 	int			nfree = 0,
 				nwait = 0;
 
+	/* room for every reference, by id or by position (the edges below too) */
+	for (int i = 0; i < n; i++)
+		maxedges += deps[i].n_ids + deps[i].n_positions;
+
 	/* every job named by id exists (job(id) has a row for it) */
+	named = palloc(sizeof(int64) * maxedges);
 	for (int i = 0; i < n; i++)
 		for (int k = 0; k < deps[i].n_ids; k++)
-		{
-			if (nnamed == maxnamed)
-			{
-				maxnamed *= 2;
-				named = repalloc(named, sizeof(int64) * maxnamed);
-			}
 			named[nnamed++] = deps[i].ids[k];
-		}
 	nnamed = sort_unique(named, nnamed);
 	if (nnamed > 0)
 	{
@@ -541,8 +538,6 @@ pgjq_deps_enqueue(const PgjqQueue *queue, PgjqNewJobs *jobs, PgjqJobDeps *deps,
 		jobs->ids[i] = pgjq_storage_next_job_id();
 
 	/* the edges, without duplicates per job */
-	for (int i = 0; i < n; i++)
-		maxedges += deps[i].n_ids + deps[i].n_positions;
 	edge_from = palloc(sizeof(int64) * maxedges);
 	edge_to = palloc(sizeof(int64) * maxedges);
 	for (int i = 0; i < n; i++)
