@@ -3,9 +3,12 @@
 -- complete(id, token), larger batches with complete(ids[], tokens[]).
 --
 -- When a claim comes back empty: with stop=1 (D1, a drain of pre-seeded jobs
--- with no producer) the client stops, by a shell command that fails, which
--- aborts this pgbench client without touching the database; the drain is
--- over when the last client has stopped.  An empty claim means every job is
+-- with no producer) the client stops, by a \set that fails (a division by
+-- zero), which aborts this pgbench client without touching the database;
+-- the drain is over when the last client has stopped.  Not \shell false: a
+-- shell command forks and blocks the pgbench thread that runs ten clients,
+-- and twenty forks at the end of a half-second window delayed the clients
+-- still finishing (docs/benchmarks.md).  An empty claim means every job is
 -- completed or held by a client that will complete it, since each client
 -- completes its own batch before it claims again.  With stop=0 the client
 -- sleeps :poll ms and polls again.
@@ -19,7 +22,7 @@ SELECT count(*) AS n,
   FROM pgjq.claim(:queue, :batch) \gset
 \if :n = 0
   \if :stop
-    \shell false
+    \set stop_now 1 / 0
   \endif
   \sleep :poll ms
 \elif :batch = 1

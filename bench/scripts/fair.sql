@@ -7,7 +7,7 @@
 -- An empty claim does not mean the queue is drained here: under pgjq's
 -- key_concurrency it may only mean that every key with jobs left is at its
 -- limit.  So a client sleeps :poll ms after an empty claim and stops (a
--- failing shell command, as in drain.sql) only after :stop empty claims in a
+-- failing \set, as in drain.sql) only after :stop empty claims in a
 -- row; the runner ends the window at the last completion, not at the stop.
 -- Variables: queue, batch, poll (ms), stop (empty claims in a row), empty (0).
 -- prepared per client: 2 (statements a client prepares; see bench/run pgb)
@@ -20,7 +20,7 @@ SELECT count(*) AS n,
 \if :n = 0
   \set empty :empty + 1
   \if :empty >= :stop
-    \shell false
+    \set stop_now 1 / 0
   \endif
   \sleep :poll ms
 \else
