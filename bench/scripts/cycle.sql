@@ -13,6 +13,7 @@ SELECT count(*) AS n,
   FROM pgjq.complete_and_claim(:queue, :ids::bigint[], :toks::bigint[], :batch) \gset
 \if :n = 0
   \if :stop
+    \sleep 1000 ms
     \set stop_now 1 / 0
   \endif
   \sleep :poll ms

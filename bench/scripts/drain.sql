@@ -8,7 +8,11 @@
 -- the drain is over when the last client has stopped.  Not \shell false: a
 -- shell command forks and blocks the pgbench thread that runs ten clients,
 -- and twenty forks at the end of a half-second window delayed the clients
--- still finishing (docs/benchmarks.md).  An empty claim means every job is
+-- still finishing.  The client sleeps a second first, so that its backend
+-- exits after the window, not while the other clients finish their last
+-- jobs (a worker pool does not disconnect on an empty poll); the aborted
+-- transaction is not logged, so the window ends with the last completion
+-- (docs/benchmarks.md, "The clients' stop").  An empty claim means every job is
 -- completed or held by a client that will complete it, since each client
 -- completes its own batch before it claims again.  With stop=0 the client
 -- sleeps :poll ms and polls again.
@@ -22,6 +26,7 @@ SELECT count(*) AS n,
   FROM pgjq.claim(:queue, :batch) \gset
 \if :n = 0
   \if :stop
+    \sleep 1000 ms
     \set stop_now 1 / 0
   \endif
   \sleep :poll ms
