@@ -626,6 +626,8 @@ ALTER TABLE pgjq.job DROP CONSTRAINT job_state_check,
 ALTER TABLE pgjq.job ADD COLUMN deps_left integer;
 ALTER TABLE pgjq.job ADD COLUMN on_dep_failure "char";
 COMMENT ON TABLE pgjq.job IS 'unfinished jobs outside the ring: scheduled, ready, waiting for dependencies, dedup anchors (private)';
+/* metrics() counts waiting jobs per queue on it, as the others on theirs */
+CREATE INDEX job_waiting_idx ON pgjq.job (queue_id) WHERE state = 'w';
 /*
  * Dependencies (enqueue(..., after)): job_id waits in pgjq.job (state 'w')
  * until depends_on has finished.  The background worker deletes an edge when

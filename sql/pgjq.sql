@@ -104,6 +104,8 @@ COMMENT ON TABLE pgjq.job IS 'unfinished jobs outside the ring: scheduled, ready
 
 CREATE INDEX job_ready_idx ON pgjq.job (queue_id, priority, fair_key, id) WHERE state = 'r';
 CREATE INDEX job_scheduled_idx ON pgjq.job (run_at) WHERE state = 's';
+/* metrics() counts waiting jobs per queue on it, as the others on theirs */
+CREATE INDEX job_waiting_idx ON pgjq.job (queue_id) WHERE state = 'w';
 CREATE UNIQUE INDEX job_dedup_idx ON pgjq.job (queue_id, dedup_key) WHERE dedup_key IS NOT NULL;
 
 /*

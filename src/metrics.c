@@ -694,7 +694,7 @@ static const Family families[NFAMILIES] = {
 	"1 when pgjq is in shared_preload_libraries and its counters exist, 0 when they are absent"},
 	{"pgjq_metrics_overflow_total", F_COUNTER,
 	"Counts that found no free entry (pgjq.max_metrics_queues) and are not in any queue's counters"},
-	{"pgjq_jobs", F_GAUGE, "Jobs of the queue in each state (ready, scheduled, running, dead)"},
+	{"pgjq_jobs", F_GAUGE, "Jobs of the queue in each state (ready, scheduled, running, dead, waiting)"},
 	{"pgjq_oldest_ready_age_seconds", F_GAUGE, "Age of the queue's oldest ready job (since it became due)"},
 	{"pgjq_next_scheduled_seconds", F_GAUGE, "Seconds until the queue's next scheduled job is due (negative: overdue)"},
 	{"pgjq_held_keys", F_GAUGE, "Fair keys of the queue held by hold_key() or fail(..., hold_key_for), until a time still ahead"},
@@ -939,10 +939,10 @@ collect(const char *name, Collector *c)
 		add_sample(c, FAM_OVERFLOW, "", (double) overflow);
 	for (int k = 0; k < ng; k++)
 	{
-		static const char *const states[4] = {"ready", "scheduled", "running", "dead"};
-		int64		v[4] = {g[k].ready, g[k].scheduled, g[k].running, g[k].dead};
+		static const char *const states[5] = {"ready", "scheduled", "running", "dead", "waiting"};
+		int64		v[5] = {g[k].ready, g[k].scheduled, g[k].running, g[k].dead, g[k].waiting};
 
-		for (int s = 0; s < 4; s++)
+		for (int s = 0; s < 5; s++)
 		{
 			Sample	   *smp = add_sample(c, FAM_JOBS, "", (double) v[s]);
 

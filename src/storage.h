@@ -245,6 +245,7 @@ typedef struct PgjqQueueGauges
 	bool		has_next_scheduled;
 	double		next_scheduled_in;	/* seconds, negative when overdue */
 	int64		held_keys;		/* fair keys held (hold_key) until later */
+	int64		waiting;		/* waiting for their dependencies */
 } PgjqQueueGauges;
 extern int	pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueGauges **gauges);
 

@@ -2,11 +2,12 @@
  *
  * storage_metrics.c
  *	  The storage side of metrics(): per queue, how many jobs are ready,
- *	  scheduled, running and dead, the oldest ready job and the next
- *	  scheduled one, and how many fair keys are held (hold_key).
+ *	  scheduled, waiting for dependencies, running and dead, the oldest
+ *	  ready job and the next scheduled one, and how many fair keys are held
+ *	  (hold_key).
  *
  * Read only, computed when asked.  Each state is counted on its own partial
- * index (ready and scheduled in pgjq.job; dead in each job_history
+ * index (ready, scheduled and waiting in pgjq.job; dead in each job_history
  * partition), so a count reads the rows of its state only; the cost grows
  * with the backlog, not with the finished history (bench/metrics).  The
  * ring's ready and running jobs are added from shared memory (ring.h).
@@ -21,7 +22,7 @@
 #define GAUGES_SELECT \
 	"SELECT q.queue_id, q.name, COALESCE(r.n, 0), COALESCE(s.n, 0), COALESCE(d.n, 0)," \
 	"       extract(epoch FROM $1 - r.oldest)::float8," \
-	"       extract(epoch FROM s.next - $1)::float8, COALESCE(h.n, 0)" \
+	"       extract(epoch FROM s.next - $1)::float8, COALESCE(h.n, 0), COALESCE(w.n, 0)" \
 	"  FROM pgjq.queue q"
 
 #define GAUGES_JOINS(filter) \
@@ -32,7 +33,9 @@
 	"  LEFT JOIN (SELECT queue_id, count(*) AS n FROM pgjq.job_history" \
 	"              WHERE state = 'd' " filter " GROUP BY queue_id) d ON d.queue_id = q.queue_id" \
 	"  LEFT JOIN (SELECT queue_id, count(*) AS n FROM pgjq.key_holds" \
-	"              WHERE until > $1 " filter " GROUP BY queue_id) h ON h.queue_id = q.queue_id"
+	"              WHERE until > $1 " filter " GROUP BY queue_id) h ON h.queue_id = q.queue_id" \
+	"  LEFT JOIN (SELECT queue_id, count(*) AS n FROM pgjq.job" \
+	"              WHERE state = 'w' " filter " GROUP BY queue_id) w ON w.queue_id = q.queue_id"
 
 static PgjqPlan plan_gauges_all = {
 	GAUGES_SELECT GAUGES_JOINS("") " ORDER BY q.name",
@@ -79,6 +82,7 @@ pgjq_storage_queue_gauges(int32 queue_id, TimestampTz now, PgjqQueueGauges **gau
 		if (!isnull)
 			g[r].next_scheduled_in = DatumGetFloat8(d);
 		g[r].held_keys = DatumGetInt64(pgjq_spi_get(r, 8, &isnull));
+		g[r].waiting = DatumGetInt64(pgjq_spi_get(r, 9, &isnull));
 		{
 			int64		ready,
 						running;

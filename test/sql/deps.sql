@@ -23,6 +23,8 @@ SELECT g.n, j.state,
   FROM g, pgjq.job(g.id) j ORDER BY g.n;
 SELECT j.state, j.waiting_for = ARRAY[:a]::bigint[] AS on_a FROM pgjq.job(:b) j;
 SELECT ready, waiting FROM pgjq.queue_stats WHERE queue = 'qd';
+-- metrics() counts them too (pgjq_jobs{state="waiting"})
+SELECT labels->>'state' AS state, value FROM pgjq.metrics('qd') WHERE name = 'pgjq_jobs' ORDER BY 1;
 
 -- only a and r can be claimed: the others wait
 CREATE TEMP TABLE c AS SELECT id, token, payload->>'n' AS n FROM pgjq.claim('qd', 10);
@@ -49,6 +51,7 @@ SELECT pgjq.promote() >= 0 AS promoted;
 SELECT j.state, j.waiting_for FROM g, pgjq.job(g.id) j WHERE g.n = 4;
 SELECT payload->>'n' AS n FROM pgjq.claim('qd', 10);
 SELECT waiting FROM pgjq.queue_stats WHERE queue = 'qd';
+SELECT value FROM pgjq.metrics('qd') WHERE name = 'pgjq_jobs' AND labels->>'state' = 'waiting';
 
 -- a dependent with a run_at becomes scheduled, not ready
 SELECT pgjq.enqueue('qd', '{"n": "p"}') AS p \gset

@@ -295,6 +295,10 @@ is($updated, $fresh, 'an updated installation has the same schema as a new one')
 sql('postgres', 'CREATE DATABASE src');
 sql('src', 'CREATE EXTENSION pgjq');
 my $s = fill('src');
+# a job waiting for another (enqueue(..., after)): its row and its open edge
+sql('src', "SELECT pgjq.create_queue('flow')");
+my $dep = sql('src', "SELECT pgjq.enqueue('flow', '{\"step\": 1}')");
+my $waiter = sql('src', "SELECT pgjq.enqueue('flow', '{\"step\": 2}', after => ARRAY[$dep]::bigint[])");
 my $max_id = sql('src', 'SELECT last_value FROM pgjq.job_id_seq');
 my $max_token = sql('src', 'SELECT last_value FROM pgjq.token_seq');
 my $queues = sql('src', 'SELECT string_agg(queue, \',\' ORDER BY queue) FROM pgjq.list_queues()');
@@ -331,6 +335,14 @@ is(sql('dst', "SELECT count(pgjq.complete(id, token)) FROM pgjq.claim('mortal')"
 is(sql('dst', "SELECT count(*) FROM pgjq.claim('sleepy')"), '0', 'after restore: the paused queue hands out nothing');
 is(sql('dst', "SELECT count(*) FROM pgjq.claim('limited', 5)"), '1',
 	'after restore: a queue with limits hands out its job');
+is(sql('dst', "SELECT state || ' ' || waiting_for::text FROM pgjq.job($waiter)"), "waiting {$dep}",
+	'after restore: a waiting job still waits for its dependency');
+is(sql('dst', "WITH c AS (SELECT * FROM pgjq.claim('flow', 10))"
+	  . " SELECT string_agg(payload->>'step', ',') || ' ' || bool_and(pgjq.complete(id, token)) FROM c"),
+	'1 true', 'after restore: only the dependency is claimable, and it completes');
+sql('dst', 'SELECT pgjq.promote()');
+is(sql('dst', "SELECT string_agg(payload->>'step', ',') FROM pgjq.claim('flow', 10)"), '2',
+	'after restore: its completion releases the waiting job');
 is(sql('dst', $schema_query), sql('fresh', $schema_query),
 	'after restore: the schema is that of a new installation');
 

@@ -77,7 +77,7 @@ is( $rows,
 	join("\n",
 		'pgjq_job_run_seconds_count=65', 'pgjq_jobsdead=5',
 		'pgjq_jobsready=35', 'pgjq_jobsrunning=0',
-		'pgjq_jobsscheduled=0', 'pgjq_jobs_claimed_total=65',
+		'pgjq_jobsscheduled=0', 'pgjq_jobswaiting=0', 'pgjq_jobs_claimed_total=65',
 		'pgjq_jobs_completed_total=60', 'pgjq_jobs_dead_total=5',
 		'pgjq_jobs_enqueued_total=100'),
 	'metrics() after the workload, read by a pg_monitor member');
@@ -264,7 +264,7 @@ is( $plain->safe_psql(
 SELECT string_agg(name || coalesce(labels->>'state', '') || '=' || value, ',' ORDER BY name, labels->>'state')
   FROM pgjq.metrics()
  WHERE name NOT IN ('pgjq_oldest_ready_age_seconds', 'pgjq_horizon_age_seconds', 'pgjq_horizon_age_xacts')}),
-	'pgjq_counters_available=0,pgjq_held_keys=0,pgjq_jobsdead=0,pgjq_jobsready=3,pgjq_jobsrunning=0,pgjq_jobsscheduled=0',
+	'pgjq_counters_available=0,pgjq_held_keys=0,pgjq_jobsdead=0,pgjq_jobsready=3,pgjq_jobsrunning=0,pgjq_jobsscheduled=0,pgjq_jobswaiting=0',
 	'without preload: gauges, no counters, counters_available 0');
 is( $plain->safe_psql(
 		'postgres', q{
