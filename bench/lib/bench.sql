@@ -38,6 +38,23 @@ BEGIN
 END
 $$;
 
+/*
+ * record pickups measured by the caller: v = the pickup (seconds), at = when
+ * the claim saw the job (epoch), so at - v is the job's enqueue time t: L1W
+ * matches it with the producer's transaction that enqueued it
+ */
+CREATE FUNCTION bench.record_pickups(lat float8[], claimed_at float8[])
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	IF cardinality(lat) > 0 THEN
+		INSERT INTO bench.sample (v, at) SELECT u.l, u.c FROM unnest(lat, claimed_at) AS u(l, c);
+	END IF;
+	RETURN coalesce(cardinality(lat), 0);
+END
+$$;
+
 /* record now - t for each epoch t (seconds), e.g. enqueue-to-completion */
 CREATE FUNCTION bench.record_since(t float8[])
 RETURNS integer
