@@ -69,8 +69,9 @@ pgjq_ring_shmem_size(void)
  * neighbours, so its jobs land in neighbouring buckets: the ten entries of
  * a claim(10) share a cache line or two of the bucket array instead of
  * missing the cache (and, in a new backend, faulting a page in) once each.
- * perf on D1B10: tag_hash's random buckets made hash_search 3.6% of all
- * backend CPU, mostly the bucket load, under the ring's exclusive lock.
+ * perf on a D1 drain: with tag_hash's random buckets ring_flight_enter was
+ * 3.9% of all backend CPU, mostly the bucket load, under the ring's
+ * exclusive lock (docs/benchmarks.md, "The in-flight table's hash").
  */
 static uint32
 flight_hash(const void *key, Size keysize)
