@@ -45,8 +45,9 @@ like($meta->{version}, qr/^\d+\.\d+\.\d+$/, 'META.json: a semantic version');
 ok(defined $meta->{prereqs}{runtime}{requires}{PostgreSQL},
 	'META.json: requires a PostgreSQL version');
 ok(-f "sql/pgjq--0.1.0.sql", 'the 0.1.0 script is kept');
-ok(-f "sql/pgjq--0.1.0--$control_version.sql",
-	"an update script from 0.1.0 to $control_version exists");
+ok(-f "sql/pgjq--0.1.0--0.2.0.sql" && -f "sql/pgjq--0.2.0--0.3.0.sql"
+	  && $control_version eq '0.3.0',
+	"update scripts lead from 0.1.0 through 0.2.0 to $control_version");
 
 # ------------------------------------------------------------------ server
 
