@@ -263,7 +263,10 @@ SELECT pg_catalog.pg_extension_config_dump('pgjq.token_seq', '');
  * its id), and every call that ends ring claims one row per token (kind 'd'
  * completed, 'f' failed, snoozed or rescued: the job is then a scheduled row
  * of pgjq.job or dead or cancelled in the history, 'x' cancelled, or taken
- * out by purge or drop_queue).  A log row goes to the slot that is
+ * out by purge or drop_queue), 'r' the ids of relocated copies written
+ * to this slot, and 'g' (token: the slot's generation, no ids) written
+ * with the first rows of each turn of the slot: the ring's order, which
+ * the rebuild reads instead of guessing it.  A log row goes to the slot that is
  * current when it is written; a slot (body and log together) comes back by
  * TRUNCATE once it is the oldest slot in use and all its jobs are finished.
  * After a start or a crash the first ring call rebuilds shared memory from
@@ -299,7 +302,7 @@ CREATE INDEX ring_body_3_id ON pgjq.ring_body_3 (id);
 CREATE TABLE pgjq.ring_log_0 (
 	token			bigint NOT NULL,
 	at				timestamptz NOT NULL,	/* 'c', 'h': lease end; else: when */
-	kind			"char" NOT NULL CHECK (kind IN ('c', 'h', 'q', 'd', 'f', 'x')),
+	kind			"char" NOT NULL CHECK (kind IN ('c', 'h', 'q', 'd', 'f', 'x', 'r', 'g')),
 	ids				bigint[] NOT NULL,
 	worker			text,	/* 'c': claim's worker argument; NULL costs no byte */
 	deadline		timestamptz	/* 'c': the jobs' execution deadline (queue timeout); NULL: none */

@@ -189,6 +189,16 @@ typedef struct RingSlot
 	bool		truncating;
 
 	/*
+	 * The ring order, durable: when producers move to a slot it gets the
+	 * database's next generation, and the first transaction that writes to
+	 * it also writes a 'g' row (token = gen) into its log; marked once one
+	 * such row has committed.  The rebuild orders the slots by their 'g'
+	 * rows, never by ids (ring_store.c, current_slot).
+	 */
+	uint64		gen;			/* 0: clean, or a 0.2.0 slot without 'g' row */
+	bool		marked;			/* a committed 'g' row of gen is in its log */
+
+	/*
 	 * The newest transaction that finished a job of the slot or moved one out
 	 * of it: TRUNCATE is not MVCC-safe, so the slot is truncated only once no
 	 * snapshot is older than that (ring_store.c, maybe_truncate)
@@ -203,6 +213,7 @@ typedef struct RingDb
 	Oid			incarnation;	/* pgjq.ring_body_0's OID when built */
 	bool		ready;			/* state matches the tables */
 	int			cur_slot;
+	uint64		gen;			/* the newest slot generation (cur_slot's) */
 	bool		stalled;		/* producers found the next slot in use; the
 								 * worker was woken (once per truncation) */
 	RingSlot	slots[RING_NSLOTS];
@@ -322,6 +333,8 @@ extern bool ring_cancel_requested_here(int64 id);
 extern void ring_note_extended(int64 id, int64 token, TimestampTz lease_until, bool was_open,
 							   bool cancel);
 extern bool ring_note_writer(int slot);
+extern bool ring_marker_written(int slot);
+extern void ring_note_marker(int slot, uint64 gen);
 extern bool ring_writing(void);
 extern void ring_note_truncating(int slot);
 extern bool ring_truncating(void);

@@ -748,6 +748,9 @@ static int	n_unpark = 0,
 
 static bool my_writer[RING_NSLOTS];
 static bool any_writer = false;
+/* the 'g' rows this transaction wrote: the generation, and the level */
+static uint64 my_marker[RING_NSLOTS];
+static int	my_marker_level[RING_NSLOTS];
 static int64 my_reserved = 0;
 static int	my_truncating = -1;
 static int	my_truncating_level = 0;
@@ -1080,6 +1083,26 @@ ring_note_writer(int slot)
 	return true;
 }
 
+/* Has this (sub)transaction written the slot's 'g' row? */
+bool
+ring_marker_written(int slot)
+{
+	return my_marker[slot] != 0;
+}
+
+/*
+ * This transaction wrote the slot's 'g' row of generation gen: at commit
+ * the slot counts as marked (if it still has that generation), so later
+ * writers need not write one; a subtransaction that rolls back takes it
+ * back (subxact_callback).
+ */
+void
+ring_note_marker(int slot, uint64 gen)
+{
+	my_marker[slot] = gen;
+	my_marker_level[slot] = GetCurrentTransactionNestLevel();
+}
+
 bool
 ring_writing(void)
 {
@@ -1131,7 +1154,10 @@ reset_local(void)
 {
 	n_enq = n_claim = n_close = n_touch = n_drop = n_reloc = n_unpark = n_ext = 0;
 	if (any_writer)
+	{
 		memset(my_writer, 0, sizeof(my_writer));
+		memset(my_marker, 0, sizeof(my_marker));
+	}
 	any_writer = false;
 	my_reserved = 0;
 	my_truncating = -1;
@@ -1405,8 +1431,13 @@ xact_callback(XactEvent event, void *arg)
 			}
 			ring->reserved -= my_reserved;
 			for (int s = 0; s < RING_NSLOTS && db; s++)
+			{
 				if (my_writer[s])
 					db->slots[s].writers--;
+				/* its 'g' row is durable now: the slot's order is known */
+				if (my_marker[s] != 0 && db->slots[s].gen == my_marker[s])
+					db->slots[s].marked = true;
+			}
 			for (int i = 0; i < n_claim; i++)
 			{
 				RingFlight *f = ring_flight_find(p_claim[i].id);
@@ -1488,6 +1519,8 @@ xact_callback(XactEvent event, void *arg)
 				st->sealed = false;
 				st->clean = true;
 				st->appended = 0;
+				st->gen = 0;
+				st->marked = false;
 				db->truncations++;
 				db->stalled = false;
 			}
@@ -1552,6 +1585,10 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (p_unpark[i].level < level)
 				p_unpark[keep++] = p_unpark[i];
 		n_unpark = keep;
+		/* a 'g' row written at this level is gone: a later write rewrites it */
+		for (int s = 0; s < RING_NSLOTS; s++)
+			if (my_marker[s] != 0 && my_marker_level[s] >= level)
+				my_marker[s] = 0;
 		if (my_truncating >= 0 && my_truncating_level >= level)
 		{
 			RingDb	   *db = ring_db();
@@ -1590,6 +1627,9 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				p_unpark[i].level = level - 1;
 		if (my_truncating >= 0 && my_truncating_level >= level)
 			my_truncating_level = level - 1;
+		for (int s = 0; s < RING_NSLOTS; s++)
+			if (my_marker[s] != 0 && my_marker_level[s] >= level)
+				my_marker_level[s] = level - 1;
 	}
 }
 

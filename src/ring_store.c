@@ -115,6 +115,8 @@ lookup_oids(void)
 }
 
 static void rebuild(void);
+static void log_append_to(int s, int64 token, TimestampTz at, char kind, const int64 *ids, int n,
+						  const char *worker, TimestampTz deadline, ItemPointer tid);
 static bool standby_counts(int32 queue_id, int64 *ready, int64 *running, TimestampTz *oldest);
 static bool standby_scan(void);
 typedef struct StandbyCount
@@ -265,6 +267,7 @@ slot_for_write(int appending)
 	RingDb	   *db;
 	int			s;
 	bool		stalled = false;
+	uint64		mark = 0;
 
 	/* the xid before the lock: assigning one may do I/O */
 	(void) GetTopTransactionId();
@@ -279,6 +282,8 @@ slot_for_write(int appending)
 		{
 			db->slots[s].sealed = true;
 			db->slots[nx].clean = false;
+			db->slots[nx].gen = ++db->gen;
+			db->slots[nx].marked = false;
 			db->cur_slot = nx;
 			s = nx;
 		}
@@ -288,7 +293,23 @@ slot_for_write(int appending)
 	db->slots[s].appended += appending;
 	if (ring_note_writer(s))
 		db->slots[s].writers++;
+	/* no committed 'g' row yet: this transaction writes one (current_slot) */
+	if (!db->slots[s].marked && db->slots[s].gen != 0 && !ring_marker_written(s))
+		mark = db->slots[s].gen;
 	LWLockRelease(ring->lock);
+
+	/*
+	 * Every transaction that writes to a slot before one of its 'g' rows has
+	 * committed writes one too, so no committed row of the slot is without
+	 * a committed 'g' row of the slot's generation (once per slot and turn,
+	 * a handful of rows at most).  The slot cannot be truncated meanwhile:
+	 * this transaction is one of its writers.
+	 */
+	if (mark != 0)
+	{
+		log_append_to(s, (int64) mark, GetCurrentTimestamp(), 'g', NULL, 0, NULL, 0, NULL);
+		ring_note_marker(s, mark);
+	}
 
 	/*
 	 * The oldest slot still holds unfinished jobs: the worker relocates them
@@ -3081,19 +3102,24 @@ typedef struct RbScan
 	HTAB	   *copies;			/* RbCopy */
 	int64		rows[RING_NSLOTS];
 	int64		minid[RING_NSLOTS]; /* of bodies that are not copies */
-	bool		used[RING_NSLOTS];
+	bool		used[RING_NSLOTS];	/* not empty on disk */
+	bool		visible[RING_NSLOTS];	/* a committed row of any kind */
+	uint64		gen[RING_NSLOTS];	/* its 'g' rows' generation; 0: none */
+	bool		marked;			/* some slot has a 'g' row */
 	int			cur;			/* the slot producers write to */
 } RbScan;
 
 /*
- * The current slot: slots in use form an arc in ring order, oldest first;
- * the current one ends it.  With all four in use, the oldest is the one
+ * 0.2.0's rule, for slots written before the 'g' rows existed (the first
+ * rebuild after the update): with all four in use, the oldest is the one
  * whose bodies are oldest, not counting relocated copies (a slot with log
  * rows or copies only is the newest: producers moved to it and rolled
- * back, or nothing but copies was written there yet).
+ * back, or nothing but copies was written there yet).  Wrong when a
+ * promoted body (which keeps its job's old id) is in the newest slot: the
+ * review of 0.2.0, C1, which the 'g' rows close.
  */
 static int
-current_slot(const RbScan *sc)
+legacy_current_slot(const RbScan *sc)
 {
 	int			nused = 0;
 	int			oldest = -1;
@@ -3114,6 +3140,37 @@ current_slot(const RbScan *sc)
 	return oldest < 0 ? 0 : (oldest + RING_NSLOTS - 1) % RING_NSLOTS;
 }
 
+/*
+ * The current slot: slots in use form an arc in ring order, oldest first;
+ * the current one ends it.  It is the slot of the newest generation: every
+ * committed row of a slot comes with a committed 'g' row of the generation
+ * the slot got when producers moved to it (slot_for_write).  A slot with
+ * no committed row is empty whatever its size on disk (a batch that rolled
+ * back), and one with rows but no 'g' row was written by 0.2.0, which had
+ * none: older than every slot that has one.
+ */
+static int
+current_slot(const RbScan *sc)
+{
+	int			cur = -1;
+
+	if (sc->marked)
+	{
+		for (int s = 0; s < RING_NSLOTS; s++)
+			if (sc->gen[s] != 0 && (cur < 0 || sc->gen[s] > sc->gen[cur]))
+				cur = s;
+		return cur;
+	}
+	return legacy_current_slot(sc);
+}
+
+/* Which slots are in use (sealed or current); the others are clean. */
+static bool
+slot_in_use(const RbScan *sc, int s)
+{
+	return sc->marked ? sc->visible[s] || s == sc->cur : sc->used[s];
+}
+
 /* Scan the live slots (in the current memory context); read_snapshot(latest). */
 static void
 scan_tables(RbScan *sc, bool latest)
@@ -3131,7 +3188,10 @@ scan_tables(RbScan *sc, bool latest)
 		sc->rows[s] = 0;
 		sc->minid[s] = PG_INT64_MAX;
 		sc->used[s] = false;
+		sc->visible[s] = false;
+		sc->gen[s] = 0;
 	}
+	sc->marked = false;
 
 	/* the logs: claims ('c'), and closes, which imply their claim */
 	for (int s = 0; s < RING_NSLOTS; s++)
@@ -3153,6 +3213,14 @@ scan_tables(RbScan *sc, bool latest)
 			int			n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 			int64	   *ids = (int64 *) ARR_DATA_PTR(arr);
 
+			sc->visible[s] = true;
+			if (kind == 'g')
+			{
+				/* the slot's generation (current_slot) */
+				sc->gen[s] = Max(sc->gen[s], (uint64) token);
+				sc->marked = true;
+				continue;
+			}
 			if (kind == 'r')
 			{
 				/* relocated copies, in this slot's bodies */
@@ -3233,6 +3301,7 @@ scan_tables(RbScan *sc, bool latest)
 
 			RbCopy		ck = {id, s, 0};
 
+			sc->visible[s] = true;
 			sc->rows[s]++;
 			if (hash_search(sc->copies, &ck, HASH_FIND, NULL) == NULL)
 				sc->minid[s] = Min(sc->minid[s], id);
@@ -3316,7 +3385,6 @@ rebuild(void)
 	RbScan		sc;
 	int64		open[RING_NSLOTS] = {0};
 	int64	   *rows = sc.rows;
-	bool	   *used = sc.used;
 	RbBody	  **list;
 	int64		nlist = 0,
 				nready = 0,
@@ -3430,6 +3498,7 @@ rebuild(void)
 				 errmsg("pgjq's ring engine cannot hold this database's jobs: %s is too small", full),
 				 errhint("Raise the setting and restart the server; no job is lost.")));
 	}
+	db->gen = 0;
 	for (int s = 0; s < RING_NSLOTS; s++)
 	{
 		RingSlot   *st = &db->slots[s];
@@ -3437,13 +3506,19 @@ rebuild(void)
 		memset(st, 0, sizeof(RingSlot));
 		st->open = open[s];
 		st->appended = rows[s];
+		st->gen = sc.gen[s];
+		st->marked = sc.gen[s] != 0;
+		db->gen = Max(db->gen, sc.gen[s]);
 		if (s == cur)
 			continue;
-		if (used[s])
+		if (slot_in_use(&sc, s))
 			st->sealed = true;
 		else
 			st->clean = true;
 	}
+	/* the current slot without a 'g' row (new, or 0.2.0's): the next gen */
+	if (db->slots[cur].gen == 0)
+		db->slots[cur].gen = ++db->gen;
 	db->cur_slot = cur;
 	db->stalled = false;
 	db->incarnation = body_oid[0];
@@ -3766,6 +3841,39 @@ static PgjqPlan plan_verify_anchors = {
 	"SELECT id FROM pgjq.job WHERE state = 'n'", 0, {InvalidOid}
 };
 
+/*
+ * The ring order in shared memory against the 'g' rows (the invariant
+ * "the ring order is durable"): every slot with a committed row has the
+ * generation its 'g' rows say (none for a slot 0.2.0 wrote), a slot marked
+ * in memory has a committed 'g' row, no slot in use counts as clean, and
+ * the rebuild would take the same slot as current (unless the current one
+ * holds nothing committed yet: then a rebuild starts it afresh, losing
+ * nothing).
+ */
+static void
+verify_ring_order(const RbScan *sc, const RingSlot *mem, int mem_cur,
+				  PgjqVerifyRow **rows, int *n, int *max)
+{
+	for (int s = 0; s < RING_NSLOTS; s++)
+	{
+		if (sc->gen[s] != 0 && sc->gen[s] != mem[s].gen)
+			verify_add(rows, n, max, psprintf("slot %d: generation", s),
+					   psprintf(UINT64_FORMAT, sc->gen[s]), psprintf(UINT64_FORMAT, mem[s].gen));
+		if (mem[s].marked && sc->gen[s] == 0)
+			verify_add(rows, n, max, psprintf("slot %d: generation", s),
+					   "no committed 'g' row", psprintf("marked with " UINT64_FORMAT, mem[s].gen));
+		if (sc->visible[s] && mem[s].clean)
+			verify_add(rows, n, max, psprintf("slot %d", s), "in use (committed rows)", "clean");
+		if (sc->visible[s] && sc->marked && sc->gen[s] == 0 && mem[s].gen != 0)
+			verify_add(rows, n, max, psprintf("slot %d: generation", s),
+					   "none (rows written by 0.2.0)", psprintf(UINT64_FORMAT, mem[s].gen));
+	}
+	if (sc->marked && sc->cur != mem_cur && sc->visible[mem_cur])
+		verify_add(rows, n, max, "ring order: the current slot",
+				   psprintf("slot %d (the newest generation)", sc->cur),
+				   psprintf("slot %d", mem_cur));
+}
+
 static int
 verify_once(PgjqVerifyRow **rows)
 {
@@ -3780,6 +3888,9 @@ verify_once(PgjqVerifyRow **rows)
 	RingDb	   *db;
 	int64		open[RING_NSLOTS] = {0};
 	int64		mem_open[RING_NSLOTS] = {0};
+	RingSlot	mem_slot[RING_NSLOTS];
+	int			mem_cur = 0;
+	int64		mem_used = 0;
 	int			n = 0,
 				max = 16;
 	bool		ready;
@@ -3801,7 +3912,12 @@ verify_once(PgjqVerifyRow **rows)
 	if (ready)
 	{
 		for (int s = 0; s < RING_NSLOTS; s++)
+		{
 			mem_open[s] = db->slots[s].open;
+			mem_slot[s] = db->slots[s];
+		}
+		mem_cur = db->cur_slot;
+		mem_used = ring->count + ring->reserved + ring->held;
 		hash_seq_init(&hs, ring_lanes);
 		while ((l = hash_seq_search(&hs)) != NULL)
 		{
@@ -3908,6 +4024,11 @@ verify_once(PgjqVerifyRow **rows)
 		if (open[s] != mem_open[s])
 			verify_add(rows, &n, &max, psprintf("slot %d: unfinished jobs", s),
 					   psprintf(INT64_FORMAT, open[s]), psprintf(INT64_FORMAT, mem_open[s]));
+	verify_ring_order(&sc, mem_slot, mem_cur, rows, &n, &max);
+	if (mem_used > pgjq_ring_positions)
+		verify_add(rows, &n, &max, "ring positions: ready + reserved + being claimed",
+				   psprintf("at most %d (pgjq.ring_positions)", pgjq_ring_positions),
+				   psprintf(INT64_FORMAT, mem_used));
 	return n;
 }
 
