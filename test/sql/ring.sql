@@ -454,7 +454,8 @@ SELECT changed - :changed0 AS rows_updated_or_deleted, inserted - :inserted0 >= 
 -- shared memory agrees with the ring's tables
 SELECT * FROM pgjq.verify();
 -- and verify() says so when they do not: a forged log row that closes a
--- ready job (the tables now call it finished, shared memory still ready)
+-- ready job (the tables now call it finished, shared memory still ready),
+-- written into slot 0, which shared memory knows to be clean
 SELECT pgjq.enqueue('rq', '{"n": "forged"}') AS forged \gset
 INSERT INTO pgjq.ring_log_0 VALUES (9999999, now(), 'd', ARRAY[:forged]::bigint[]);
 -- (the token sequence's value depends on the files before this one)

@@ -56,7 +56,7 @@ $node->init;
 $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'pgjq'
-pgjq.database_names = 'upg'
+pgjq.database_names = 'upg,upg2'
 pgjq.max_sleep = '1s'
 pgjq.prune_interval = '1h'
 });
@@ -290,6 +290,53 @@ ok(length($fresh) > 1000, 'the schema fingerprint covers the objects');
 is($updated, $fresh, 'an updated installation has the same schema as a new one')
   or diag(join("\n", 'only in the updated one:', (grep { my $l = $_; !grep { $_ eq $l } split /\n/, $fresh } split /\n/, $updated),
 		'only in the new one:', (grep { my $l = $_; !grep { $_ eq $l } split /\n/, $updated } split /\n/, $fresh)));
+
+# ------------------------------------------------- 1b. update from 0.2.0
+
+# A 0.2.0 installation with a job in every state, its ring tables as 0.2.0's
+# library left them: no 'g' rows (this library writes them; they are taken
+# out, and the restart makes the first rebuild read 0.2.0's tables).
+sql('postgres', 'CREATE DATABASE upg2');
+sql('upg2', "CREATE EXTENSION pgjq VERSION '0.2.0'");
+is(sql('upg2', "SELECT extversion FROM pg_extension WHERE extname = 'pgjq'"),
+	'0.2.0', 'installed at 0.2.0');
+my $j2 = fill('upg2');
+sql('upg2', "SELECT pgjq.create_queue('flow')");
+my $dep2 = sql('upg2', "SELECT pgjq.enqueue('flow', '{\"step\": 1}')");
+my $waiter2 = sql('upg2', "SELECT pgjq.enqueue('flow', '{\"step\": 2}', after => ARRAY[$dep2]::bigint[])");
+sql('upg2', "DELETE FROM pgjq.ring_log_$_ WHERE kind = 'g'") for 0 .. 3;
+$node->restart;
+check_states('upg2', $j2, '0.2.0, its tables read back after a restart');
+is(sql('upg2', "SELECT state FROM pgjq.job($waiter2)"), 'waiting', '0.2.0: the waiting job waits');
+
+sql('upg2', 'ALTER EXTENSION pgjq UPDATE');
+is(sql('upg2', "SELECT extversion FROM pg_extension WHERE extname = 'pgjq'"),
+	$control_version, "0.2.0 updated to $control_version");
+check_states('upg2', $j2, 'after the update from 0.2.0');
+is(sql('upg2', 'SELECT count(*) FROM pgjq.verify()'), '0',
+	'after the update from 0.2.0: shared memory and the tables agree');
+is(sql('upg2', "SELECT pgjq.complete($j2->{running}, $j2->{running_token})"), 't',
+	'after the update from 0.2.0: the running job completes with its token');
+is(sql('upg2', "SELECT string_agg(id::text, ',' ORDER BY id) FROM pgjq.claim('u', 10)"),
+	join(',', sort { $a <=> $b } ($j2->{ready}, $j2->{ready2})),
+	'after the update from 0.2.0: the ready jobs are claimed, nothing else');
+ok( $node->poll_query_until('upg2',
+		"SELECT state = 'ready' FROM pgjq.job($j2->{scheduled})"),
+	'after the update from 0.2.0: the worker promotes the scheduled job');
+is(sql('upg2', "SELECT count(pgjq.complete(id, token)) FROM pgjq.claim('flow', 10)"), '1',
+	'after the update from 0.2.0: the dependency is claimed and completed');
+ok($node->poll_query_until('upg2', "SELECT state = 'ready' FROM pgjq.job($waiter2)"),
+	'after the update from 0.2.0: the waiting job is released by the worker');
+is(sql('upg2', q{SELECT count(*) > 0 FROM (SELECT kind FROM pgjq.ring_log_0 UNION ALL SELECT kind FROM pgjq.ring_log_1
+	UNION ALL SELECT kind FROM pgjq.ring_log_2 UNION ALL SELECT kind FROM pgjq.ring_log_3) l WHERE kind = 'g'}),
+	't', "after the update from 0.2.0: the current slot has its 'g' row");
+$node->restart;
+check_states('upg2', { states => { dead => 'dead', cancelled => 'cancelled', later => 'scheduled',
+	completed => 'completed', running => 'completed' }, map { $_ => $j2->{$_} } qw(dead cancelled later completed running) },
+	'after the update from 0.2.0 and a restart');
+is(sql('upg2', 'SELECT count(*) FROM pgjq.verify()'), '0',
+	'after the update from 0.2.0 and a restart: shared memory and the tables agree');
+is(sql('upg2', $schema_query), $fresh, 'an installation updated from 0.2.0 has the schema of a new one');
 
 # ------------------------------------------------------- 2. dump and restore
 
