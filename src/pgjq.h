@@ -43,6 +43,8 @@ extern void pgjq_shmem_note_due(TimestampTz due);
 extern void pgjq_shmem_worker_attach(Oid dboid);
 extern void pgjq_shmem_worker_plan(TimestampTz wake_at);
 extern void pgjq_shmem_stop_stray_workers(void);
+extern void pgjq_shmem_launcher_attach(void);
+extern bool pgjq_shmem_launcher_recheck(void);
 extern void pgjq_shmem_worker_pass_done(TimestampTz start, TimestampTz end);
 
 typedef struct PgjqWorkerPass
