@@ -39,6 +39,7 @@ extern void pgjq_crash_point(const char *point);
 extern void pgjq_shmem_init(void);
 extern bool pgjq_shmem_ready(void);
 extern void pgjq_shmem_wake_worker(void);
+extern void pgjq_shmem_wake_worker_at(TimestampTz due);
 extern void pgjq_shmem_note_due(TimestampTz due);
 extern void pgjq_shmem_worker_attach(Oid dboid);
 extern void pgjq_shmem_worker_plan(TimestampTz wake_at);

@@ -232,6 +232,19 @@ wake_installed(void)
 	wake_worker(0);
 }
 
+/*
+ * Wake this database's worker if it plans to sleep past `due`, now, outside
+ * any transaction's commit: ring_shmem.c's callbacks, once a claim the
+ * worker passed over (being extended or closed) is open again.  Never
+ * fails.  The worker itself reads the deadlines again after each pass.
+ */
+void
+pgjq_shmem_wake_worker_at(TimestampTz due)
+{
+	if (pgjq_state != NULL && my_slot == NULL)
+		wake_worker(due);
+}
+
 /* Wake this database's worker now (a dependency finished: deps.c). */
 void
 pgjq_shmem_wake_worker(void)
