@@ -79,6 +79,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 
 /* The earliest due time of jobs this transaction scheduled, or DT_NOEND. */
 static TimestampTz pending_due = DT_NOEND;
+
 /* This transaction created the extension: wake the launcher at commit. */
 static bool pending_installed = false;
 static bool xact_callback_registered = false;
