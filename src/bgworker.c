@@ -11,7 +11,10 @@
  * database that is not in pg_database (a shared catalog it can read) gets
  * no worker; that is logged once and looked up again every pgjq.max_sleep.
  * The launcher is woken by the postmaster whenever one of its workers
- * starts or stops (bgw_notify_pid) and by SIGHUP.
+ * starts or stops (bgw_notify_pid), by SIGHUP, and by the commit of CREATE
+ * EXTENSION pgjq (shmem.c): it then looks up the databases it found missing
+ * at once, so a database created after the server started gets its worker
+ * within moments, not at the next look.
  *
  * A database worker loops: rescue expired leases, promote due jobs, prune
  * history every pgjq.prune_interval; then sleeps until the next deadline
@@ -302,6 +305,7 @@ pgjq_launcher_main(Datum main_arg)
 
 	/* a restarted launcher starts its workers afresh */
 	pgjq_shmem_stop_stray_workers();
+	pgjq_shmem_launcher_attach();
 	read_database_names();
 	for (;;)
 	{
@@ -314,6 +318,11 @@ pgjq_launcher_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 			read_database_names();
 		}
+		/* an extension was created: it may be in a database found missing */
+		if (pgjq_shmem_launcher_recheck())
+			for (int i = 0; i < nentries; i++)
+				if (entries[i].missing)
+					entries[i].checked_at = 0;
 		sleep_ms = reconcile();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);

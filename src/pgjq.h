@@ -39,10 +39,13 @@ extern void pgjq_crash_point(const char *point);
 extern void pgjq_shmem_init(void);
 extern bool pgjq_shmem_ready(void);
 extern void pgjq_shmem_wake_worker(void);
+extern void pgjq_shmem_wake_worker_at(TimestampTz due);
 extern void pgjq_shmem_note_due(TimestampTz due);
 extern void pgjq_shmem_worker_attach(Oid dboid);
 extern void pgjq_shmem_worker_plan(TimestampTz wake_at);
 extern void pgjq_shmem_stop_stray_workers(void);
+extern void pgjq_shmem_launcher_attach(void);
+extern bool pgjq_shmem_launcher_recheck(void);
 extern void pgjq_shmem_worker_pass_done(TimestampTz start, TimestampTz end);
 
 typedef struct PgjqWorkerPass

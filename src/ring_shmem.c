@@ -17,6 +17,15 @@
  * Locking: see ring_internal.h.  The commit callback publishes positions
  * before wait.c wakes waiting claims (it does so after the commit
  * callbacks, in its resource-release callback), so a woken claim finds them.
+ *
+ * The worker's rescue and its next deadline pass over a claim that an open
+ * transaction is extending or closing: that transaction's end decides.  So
+ * when a commit (a heartbeat, a cancellation request) or an abort (of a
+ * heartbeat, complete, fail...) makes such a claim open again, the callback
+ * wakes the worker for its lease end once the claim is published (after
+ * the lock): shmem.c's commit wake-up runs before this callback, and an
+ * abort has none, so a worker that had looked meanwhile would sleep
+ * pgjq.max_sleep past an expired lease or a job's execution deadline.
  * PREPARE TRANSACTION of a transaction with ring work is refused (0A000):
  * its commit would run in another session, which would not publish.
  *
@@ -755,6 +764,26 @@ static int64 my_reserved = 0;
 static int	my_truncating = -1;
 static int	my_truncating_level = 0;
 
+/* the earliest lease of claims made open again here (see the header) */
+static TimestampTz reopened_due = DT_NOEND;
+
+/* lock held: f is open again; its lease end wakes the worker after the lock */
+static inline void
+reopened(const RingFlight *f)
+{
+	if (f->lease_until != 0 && f->lease_until < reopened_due)
+		reopened_due = f->lease_until;
+}
+
+/* lock released: wake the worker for the claims made open again */
+static void
+wake_for_reopened(void)
+{
+	if (reopened_due != DT_NOEND)
+		pgjq_shmem_wake_worker_at(reopened_due);
+	reopened_due = DT_NOEND;
+}
+
 static void *
 grow(void *arr, int *max, int need, Size elem)
 {
@@ -1306,6 +1335,7 @@ undo_closes(int from)
 				f->state = RF_OPEN;
 				f->xid = InvalidTransactionId;
 				flight_take_reloc(ring_db_find(), f);
+				reopened(f);
 			}
 		}
 	}
@@ -1339,6 +1369,7 @@ undo_extends(int from)
 			f->state = RF_OPEN;
 			f->xid = InvalidTransactionId;
 			flight_take_reloc(ring_db_find(), f);
+			reopened(f);
 		}
 	}
 	n_ext = keep;
@@ -1490,6 +1521,7 @@ xact_callback(XactEvent event, void *arg)
 					f->state = RF_OPEN;
 					f->xid = InvalidTransactionId;
 					flight_take_reloc(db, f);
+					reopened(f);
 				}
 			}
 			for (int i = 0; i < n_drop; i++)
@@ -1525,6 +1557,7 @@ xact_callback(XactEvent event, void *arg)
 				db->stalled = false;
 			}
 			LWLockRelease(ring->lock);
+			wake_for_reopened();
 			reset_local();
 			break;
 		case XACT_EVENT_ABORT:
@@ -1544,6 +1577,7 @@ xact_callback(XactEvent event, void *arg)
 			if (my_truncating >= 0 && db)
 				db->slots[my_truncating].truncating = false;
 			LWLockRelease(ring->lock);
+			wake_for_reopened();
 			reset_local();
 			break;
 		default:
@@ -1598,6 +1632,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			my_truncating = -1;
 		}
 		LWLockRelease(ring->lock);
+		wake_for_reopened();
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{

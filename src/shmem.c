@@ -23,6 +23,14 @@
  * due time is refused (0A000): its commit would happen in another session,
  * waking no worker.
  *
+ * The launcher publishes its latch too.  The commit of CREATE EXTENSION (its
+ * script calls pgjq._require_preload()) sets it, with launcher_recheck, so
+ * that a listed database the launcher found missing (created after its last
+ * look) gets its worker now, not at its next look up to pgjq.max_sleep
+ * later; and it wakes the database's worker, which may have found no
+ * extension and be sleeping pgjq.max_sleep.  A reload wakes the launcher by
+ * itself (SIGHUP).
+ *
  *-------------------------------------------------------------------------
  */
 #include "pgjq.h"
@@ -57,6 +65,8 @@ typedef struct PgjqWorkerSlot
 typedef struct PgjqSharedState
 {
 	LWLock	   *lock;			/* protects slot assignment */
+	Latch	   *launcher_latch; /* the launcher's process latch, or NULL */
+	pg_atomic_uint32 launcher_recheck;	/* look up missing databases now */
 	PgjqWorkerSlot slots[PGJQ_MAX_DATABASES];
 } PgjqSharedState;
 
@@ -69,7 +79,12 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 
 /* The earliest due time of jobs this transaction scheduled, or DT_NOEND. */
 static TimestampTz pending_due = DT_NOEND;
+
+/* This transaction created the extension: wake the launcher at commit. */
+static bool pending_installed = false;
 static bool xact_callback_registered = false;
+
+static void register_xact_callback(void);
 
 static Size
 shared_size(void)
@@ -105,6 +120,7 @@ startup_shmem(void)
 	{
 		memset(pgjq_state, 0, sizeof(PgjqSharedState));
 		pgjq_state->lock = &(GetNamedLWLockTranche("pgjq"))->lock;
+		pg_atomic_init_u32(&pgjq_state->launcher_recheck, 0);
 		for (int i = 0; i < PGJQ_MAX_DATABASES; i++)
 		{
 			pg_atomic_init_u64(&pgjq_state->slots[i].next_due, (uint64) DT_NOEND);
@@ -126,7 +142,10 @@ PG_FUNCTION_INFO_V1(pgjq_require_preload);
  * pgjq._require_preload(), called by the extension's install and upgrade
  * scripts: every queue's jobs live in shared memory as well as in tables
  * (the ring engine), so without the preload CREATE EXTENSION says so at
- * once rather than at the first enqueue.
+ * once rather than at the first enqueue.  With it, the launcher and this
+ * database's worker are woken when the script's transaction commits (see
+ * the file header); under ALTER EXTENSION UPDATE or a restore that is a
+ * spurious wake-up, harmless.
  */
 Datum
 pgjq_require_preload(PG_FUNCTION_ARGS)
@@ -136,6 +155,8 @@ pgjq_require_preload(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pgjq must be loaded through shared_preload_libraries"),
 				 errhint("Add pgjq to shared_preload_libraries in postgresql.conf, restart the server, then run the command again.")));
+	register_xact_callback();
+	pending_installed = true;
 	PG_RETURN_VOID();
 }
 
@@ -191,6 +212,40 @@ wake_worker(TimestampTz due)
 	}
 }
 
+/*
+ * The extension was created here: the launcher looks up the databases it
+ * found missing (this one may be one of them) and this database's worker, if
+ * one runs, looks for the extension again.  The launcher's latch is read
+ * once, as in wake_worker; a stale one is a PGPROC latch (spurious wake-up).
+ */
+static void
+wake_installed(void)
+{
+	volatile PgjqSharedState *state = pgjq_state;
+	Latch	   *latch;
+
+	/* the flag before the latch: the launcher resets its latch, then reads */
+	pg_atomic_write_u32(&pgjq_state->launcher_recheck, 1);
+	pg_memory_barrier();
+	latch = state->launcher_latch;
+	if (latch != NULL)
+		SetLatch(latch);
+	wake_worker(0);
+}
+
+/*
+ * Wake this database's worker if it plans to sleep past `due`, now, outside
+ * any transaction's commit: ring_shmem.c's callbacks, once a claim the
+ * worker passed over (being extended or closed) is open again.  Never
+ * fails.  The worker itself reads the deadlines again after each pass.
+ */
+void
+pgjq_shmem_wake_worker_at(TimestampTz due)
+{
+	if (pgjq_state != NULL && my_slot == NULL)
+		wake_worker(due);
+}
+
 /* Wake this database's worker now (a dependency finished: deps.c). */
 void
 pgjq_shmem_wake_worker(void)
@@ -216,6 +271,9 @@ xact_callback(XactEvent event, void *arg)
 			if (pending_due != DT_NOEND && pgjq_state && my_slot == NULL)
 				wake_worker(pending_due);
 			pending_due = DT_NOEND;
+			if (pending_installed && pgjq_state)
+				wake_installed();
+			pending_installed = false;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
 			/* COMMIT PREPARED happens elsewhere: the worker would not wake */
@@ -229,6 +287,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			pending_due = DT_NOEND;
+			pending_installed = false;
 			break;
 		default:
 			break;
@@ -245,13 +304,47 @@ pgjq_shmem_note_due(TimestampTz due)
 {
 	if (pgjq_state == NULL)
 		return;
+	register_xact_callback();
+	if (due < pending_due)
+		pending_due = due;
+}
+
+static void
+register_xact_callback(void)
+{
 	if (!xact_callback_registered)
 	{
 		RegisterXactCallback(xact_callback, NULL);
 		xact_callback_registered = true;
 	}
-	if (due < pending_due)
-		pending_due = due;
+}
+
+static void
+launcher_detach(int code, Datum arg)
+{
+	LWLockAcquire(pgjq_state->lock, LW_EXCLUSIVE);
+	pgjq_state->launcher_latch = NULL;
+	LWLockRelease(pgjq_state->lock);
+}
+
+/* The launcher publishes its latch (see wake_installed). */
+void
+pgjq_shmem_launcher_attach(void)
+{
+	LWLockAcquire(pgjq_state->lock, LW_EXCLUSIVE);
+	pgjq_state->launcher_latch = &MyProc->procLatch;
+	LWLockRelease(pgjq_state->lock);
+	before_shmem_exit(launcher_detach, (Datum) 0);
+}
+
+/*
+ * Whether an extension was created since the launcher last asked: it then
+ * looks up the databases it found missing at once.  Call after ResetLatch.
+ */
+bool
+pgjq_shmem_launcher_recheck(void)
+{
+	return pg_atomic_exchange_u32(&pgjq_state->launcher_recheck, 0) != 0;
 }
 
 static void

@@ -14,9 +14,14 @@
  * also notes the jobs it locks: if its transaction or subtransaction aborts,
  * they are claimable again, and that many waiters are woken then.  So the
  * wake-up never precedes visibility, rolled-back work wakes no one, and n
- * jobs wake about n waiters, not all.  Commit wake-ups are sent after the
- * transaction's catalog invalidations (a resource-release callback), so a
- * woken claim sees a queue's new settings.
+ * jobs wake about n waiters, not all.  Both kinds of wake-up are sent from a
+ * resource-release callback, after every transaction callback: at commit
+ * after the catalog invalidations, so a woken claim sees a queue's new
+ * settings; at abort after the ring's abort callback (ring_shmem.c) has
+ * given the claimed jobs back.  Woken from an abort callback, a quick waiter
+ * could look before that (the callbacks run newest first, and the ring's is
+ * registered first), find the job still held, use up its wake-up and sleep
+ * to the end of its wait (test/t/052_wait_rollback.pl).
  *
  * A waiter registers before its first claim attempt, so a commit that its
  * attempt's snapshot missed still finds it registered and sets its latch.
@@ -103,6 +108,7 @@ typedef struct ReadyNote
 {
 	int32		queue_id;
 	bool		at_abort;
+	bool		aborted;		/* at_abort: its level aborted; wake soon */
 	int			level;			/* at_abort: subtransaction nesting level */
 	int64		n;
 } ReadyNote;
@@ -112,6 +118,7 @@ static int	nnotes = 0;
 static int	maxnotes = 0;
 static bool callback_registered = false;
 static bool committed = false;	/* commit notes wait for the invalidations */
+static bool aborted = false;	/* abort notes wait for the ring's undo */
 
 /* jobs this transaction finished (their id bits), for wait_jobs() callers */
 static uint64 finished_mask[JOBMASK_WORDS];
@@ -363,20 +370,39 @@ pgjq_wait_wake(Oid dboid, int32 queue_id, int n)
 	LWLockRelease(wshared->lock);
 }
 
-/* Wake for this transaction's notes of one kind, and forget them. */
+/*
+ * Wake for this transaction's commit notes (at_abort false) or for the
+ * notes of claims whose (sub)transaction aborted (at_abort true), and forget
+ * them.
+ */
 static void
-wake_notes(bool at_abort, int level)
+wake_notes(bool at_abort)
 {
 	int			kept = 0;
 
 	for (int i = 0; i < nnotes; i++)
 	{
-		if (notes[i].at_abort == at_abort && (!at_abort || notes[i].level >= level))
+		if (notes[i].at_abort == at_abort && (!at_abort || notes[i].aborted))
 			pgjq_wait_wake(MyDatabaseId, notes[i].queue_id, (int) Min(notes[i].n, PG_INT32_MAX));
 		else
 			notes[kept++] = notes[i];
 	}
 	nnotes = kept;
+}
+
+/*
+ * The claims of level and deeper aborted: their notes wake waiters in the
+ * resource-release callback, once the jobs are claimable again.
+ */
+static void
+mark_aborted(int level)
+{
+	for (int i = 0; i < nnotes; i++)
+		if (notes[i].at_abort && notes[i].level >= level)
+		{
+			notes[i].aborted = true;
+			aborted = true;
+		}
 }
 
 /* Forget this transaction's notes of one kind. */
@@ -425,15 +451,16 @@ wait_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			/* the claimed jobs are ready again: their row locks are gone */
-			wake_notes(true, 0);
-			nnotes = 0;
+			/* the claimed jobs are ready again after the ring's callback */
+			drop_notes(false);
+			mark_aborted(0);
 			committed = false;
 			finished_any = false;
 			break;
 		case XACT_EVENT_PREPARE:
 			nnotes = 0;
 			committed = false;
+			aborted = false;
 			finished_any = false;
 			break;
 		default:
@@ -444,15 +471,28 @@ wait_xact_callback(XactEvent event, void *arg)
 /*
  * The commit wake-ups, once the transaction's invalidation messages are
  * sent (after the commit callbacks): a claim woken by resume() or
- * alter_queue() must see the queue's new settings.
+ * alter_queue() must see the queue's new settings.  And the abort wake-ups
+ * of a transaction or subtransaction, once every abort callback has run:
+ * the ring's gives the claimed jobs back.  Called once per resource owner
+ * of the tree; the first call of the phase does the work.
  */
 static void
 wait_resource_callback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
 {
-	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel || !committed)
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS)
+		return;
+	if (!isCommit && aborted)
+	{
+		aborted = false;
+		wake_notes(true);
+		if (isTopLevel)
+			nnotes = 0;
+		return;
+	}
+	if (!isTopLevel || !committed)
 		return;
 	committed = false;
-	wake_notes(false, 0);
+	wake_notes(false);
 	nnotes = 0;
 	if (finished_any)
 		wake_job_waiters();
@@ -467,7 +507,8 @@ wait_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	switch (event)
 	{
 		case SUBXACT_EVENT_ABORT_SUB:
-			wake_notes(true, level);
+			/* woken in the resource-release callback, after the ring's */
+			mark_aborted(level);
 			break;
 		case SUBXACT_EVENT_COMMIT_SUB:
 			for (int i = 0; i < nnotes; i++)
@@ -500,7 +541,7 @@ add_note(int32 queue_id, bool at_abort, int64 n)
 	register_callbacks();
 	for (int i = 0; i < nnotes; i++)
 		if (notes[i].queue_id == queue_id && notes[i].at_abort == at_abort &&
-			notes[i].level == level)
+			notes[i].level == level && !notes[i].aborted)
 		{
 			notes[i].n = Min(notes[i].n + n, PG_INT32_MAX);
 			return;
@@ -517,6 +558,7 @@ add_note(int32 queue_id, bool at_abort, int64 n)
 	}
 	notes[nnotes].queue_id = queue_id;
 	notes[nnotes].at_abort = at_abort;
+	notes[nnotes].aborted = false;
 	notes[nnotes].level = level;
 	notes[nnotes].n = n;
 	nnotes++;
