@@ -22,6 +22,23 @@
  * never fail: node room and lanes are reserved when a job is appended, and
  * in-flight entries exist from the claim on.
  *
+ * Invariants (docs/design.md, "Durability"; pgjq.verify() checks those
+ * marked [v] against the tables, ring_store.c verify_once):
+ *	 I1 [v] every unfinished job of the tables is in one place here, a lane
+ *		(ready) or the in-flight table (with the token of its newest claim),
+ *		pointing at its newest body; no finished job is.
+ *	 I2 [v] a slot's `open` counts its bodies' unfinished jobs.
+ *	 I3 [v] the ring order is durable: a slot with committed rows has the
+ *		generation of its 'g' rows (none: written by 0.2.0), `marked` implies
+ *		a committed 'g' row, a slot in use is not `clean`, and cur_slot is the
+ *		slot of the newest generation unless it holds nothing committed yet.
+ *		So a slot is truncated only when it is the oldest in use (the log
+ *		rows of live jobs are never in a slot older than their bodies).
+ *	 I4 [v] count + reserved + held <= pgjq.ring_positions.
+ *	 I5 a lane exists while it has ready jobs, running jobs, pins or a hold;
+ *		a priority ring exists while its queue has lanes of that priority.
+ *	 I6 every callback keeps these without allocating or failing.
+ *
  *-------------------------------------------------------------------------
  */
 #ifndef PGJQ_RING_INTERNAL_H
