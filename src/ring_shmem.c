@@ -1634,6 +1634,14 @@ xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_PREPARE:
+
+			/*
+			 * a prepared DROP EXTENSION leaves the ring's state to the
+			 * rebuild of a re-created extension (no commit callback here)
+			 */
+			n_forget = 0;
+			if (!has_pending())
+				break;
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("cannot PREPARE a transaction that enqueued, claimed or finished jobs of a ring queue"),
@@ -1644,9 +1652,16 @@ xact_callback(XactEvent event, void *arg)
 			pgjq_crash_point("commit");
 			/* nothing of the ring's, no ready row in pgjq.job: nothing to do */
 			if (n_enq == 0 && n_claim == 0 && n_close == 0 && n_drop == 0 && n_reloc == 0 &&
-				n_unpark == 0 && n_ext == 0 && n_forget == 0 && !any_writer &&
+				n_unpark == 0 && n_ext == 0 && !any_writer &&
 				my_truncating < 0 && !touches_ring_queue())
 			{
+				/* a drop of a queue, a database or the extension, alone */
+				if (n_forget > 0)
+				{
+					LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+					apply_forget();
+					LWLockRelease(ring->lock);
+				}
 				reset_local();
 				break;
 			}
