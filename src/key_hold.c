@@ -115,16 +115,18 @@ ring_holds_settle_key(int32 queue_id, uint64 keyhash)
 
 	if (q == NULL)
 		return;
-	for (int p = 0; p < q->nprios; p++)
+	for (RingPrio *r = q->prios, *next; r != NULL; r = next)
 	{
 		RingLaneKey k;
 		RingLane   *l;
 
+		/* settling the lane may drop its priority's ring */
+		next = r->next;
 		memset(&k, 0, sizeof(k));
 		k.dbid = MyDatabaseId;
 		k.queue_id = queue_id;
 		k.keyhash = keyhash;
-		k.priority = q->prios[p].priority;
+		k.priority = r->key.priority;
 		l = hash_search(ring_lanes, &k, HASH_FIND, NULL);
 		if (l != NULL)
 			ring_lane_settle(l);
@@ -132,27 +134,33 @@ ring_holds_settle_key(int32 queue_id, uint64 keyhash)
 }
 
 /*
- * A lane of the queue with ready jobs that a hold (or a key_rate) keeps out
- * of the round robin, or NULL (lock held exclusively): for purge and drop_queue, which
- * end every ready job.
+ * Up to max lanes of the queue with ready jobs that a hold (or a key_rate)
+ * keeps out of the round robin (lock held exclusively): for purge and
+ * drop_queue, which end every ready job.  One walk of the lane table per
+ * call, so a caller takes them for a whole chunk of jobs at once.
  */
-RingLane *
-ring_holds_held_lane(RingQueue *q)
+int
+ring_holds_held_lanes(RingQueue *q, RingLane **out, int max)
 {
 	HASH_SEQ_STATUS hs;
 	RingLane   *l;
+	int			n = 0;
 
 	/* held, or throttled at a key_rate (key_rate.c) */
 	if (ring->nholds == 0 && !ring_rates_any())
-		return NULL;
+		return 0;
 	hash_seq_init(&hs, ring_lanes);
 	while ((l = hash_seq_search(&hs)) != NULL)
 		if (l->queue == q && l->count > 0 && !l->linked)
 		{
-			hash_seq_term(&hs);
-			return l;
+			out[n++] = l;
+			if (n == max)
+			{
+				hash_seq_term(&hs);
+				break;
+			}
 		}
-	return NULL;
+	return n;
 }
 
 static void
@@ -443,7 +451,8 @@ pgjq_ring_hold_next(void)
  * access: the holds of pgjq.key_holds still in the future (no lock held),
  * then into ring_holds, after the database's entries were cleared and
  * before its lanes are settled (lock held exclusively).  Rows beyond the
- * room are not held, with a warning.
+ * room are not held: ring_holds_install returns how many, for a warning
+ * after the lock is released.
  */
 int
 ring_holds_read(RingHoldRow **rows)
@@ -490,7 +499,7 @@ ring_holds_read(RingHoldRow **rows)
 	return n;
 }
 
-void
+int64
 ring_holds_install(RingDb *db, const RingHoldRow *rows, int n)
 {
 	int64		skipped = 0;
@@ -521,9 +530,8 @@ ring_holds_install(RingDb *db, const RingHoldRow *rows, int n)
 		if (h->until < db->hold_next)
 			db->hold_next = h->until;
 	}
-	if (skipped > 0)
-		elog(WARNING, "pgjq: " INT64_FORMAT " held keys do not fit in pgjq.ring_max_holds and are not held",
-			 skipped);
+	/* the caller reports them, once it released the lock */
+	return skipped;
 }
 
 /* ---------------------------------------------------------------------

@@ -213,16 +213,18 @@ settle_key(const RingHoldKey *k)
 	q = hash_search(ring_queues, &qk, HASH_FIND, NULL);
 	if (q == NULL)
 		return;
-	for (int p = 0; p < q->nprios; p++)
+	for (RingPrio *r = q->prios, *next; r != NULL; r = next)
 	{
 		RingLaneKey lk;
 		RingLane   *l;
 
+		/* settling the lane may drop its priority's ring */
+		next = r->next;
 		memset(&lk, 0, sizeof(lk));
 		lk.dbid = k->dbid;
 		lk.queue_id = k->queue_id;
 		lk.keyhash = k->keyhash;
-		lk.priority = q->prios[p].priority;
+		lk.priority = r->key.priority;
 		l = hash_search(ring_lanes, &lk, HASH_FIND, NULL);
 		if (l != NULL)
 			ring_lane_settle(l);

@@ -51,7 +51,6 @@
 #include "utils/hsearch.h"
 
 #define RING_NSLOTS		4
-#define RING_MAX_PRIOS	32		/* distinct priorities of one queue at once */
 
 /* a published position: which job, where its body is */
 typedef struct RingPos
@@ -69,6 +68,7 @@ typedef struct RingNode
 } RingNode;
 
 typedef struct RingQueue RingQueue;
+typedef struct RingPrio RingPrio;
 
 /*
  * A lane: the ready jobs of one (queue, priority, fair key), in publication
@@ -98,17 +98,41 @@ typedef struct RingLane
 	bool		parked;			/* its key is at key_concurrency: out of the
 								 * ring until a job of the key ends */
 	RingQueue  *queue;
+	RingPrio   *prio;			/* its priority's ring, there while it is */
 	struct RingLane *prev;		/* ring links (shared memory has the same */
 	struct RingLane *next;		/* address in every backend) */
 } RingLane;
 
-typedef struct RingPrio
+/*
+ * The round robin of one (queue, priority): a record of the shared pool
+ * ring_prios, there exactly while lanes of the priority exist (linked,
+ * parked, held, throttled, pinned by a producer or only running), so every
+ * lane can always be linked again.  A queue lists its priorities in
+ * ascending order; the pool is as large as the lane table, so a lane that
+ * fits always finds room for its priority.
+ */
+typedef struct RingPrioKey
 {
+	Oid			dbid;
+	int32		queue_id;
 	int32		priority;
-	RingLane   *head;			/* next lane to take from; NULL when none */
-	int32		parked;			/* its lanes parked (the ring must stay) */
-} RingPrio;
+} RingPrioKey;
 
+struct RingPrio
+{
+	RingPrioKey key;
+	RingLane   *head;			/* next lane to take from; NULL when none */
+	int32		parked;			/* its lanes parked */
+	int32		nlanes;			/* its lanes in ring_lanes */
+	RingPrio   *prev;			/* the queue's priorities, ascending */
+	RingPrio   *next;
+};
+
+/*
+ * A queue's record: there while the queue has lanes; an empty one (which
+ * keeps only table_maybe: a missing record means "maybe") goes when its
+ * queue is dropped or when the table is full and another queue needs one.
+ */
 typedef struct RingQueueKey
 {
 	Oid			dbid;
@@ -119,14 +143,15 @@ struct RingQueue
 {
 	RingQueueKey key;
 	int32		nprios;
+	RingPrio   *prios;			/* ascending: lower runs first */
 	int32		lanes;			/* lanes of this queue in the hash */
 	int64		ready;
 	int64		running;		/* in flight, claims not committed too */
 	int64		claiming;		/* in flight by claims not committed */
 	int64		claiming_own;	/* of them, jobs the claimer enqueued */
 	bool		table_maybe;	/* pgjq.job may have ready rows of the queue */
-	uint64		table_gen;		/* bumped whenever table_maybe is set */
-	RingPrio	prios[RING_MAX_PRIOS];	/* ascending: lower runs first */
+	uint64		table_gen;		/* bumped whenever table_maybe is set; unique
+								 * across records (RingShared.table_gen) */
 };
 
 typedef enum RingFlightState
@@ -248,6 +273,7 @@ typedef struct RingShared
 	int64		held;			/* CLAIMING entries (they return on abort) */
 	int64		parked;			/* parked lanes, all databases */
 	int64		nholds;			/* ring_holds entries, all databases */
+	uint64		table_gen;		/* the last RingQueue.table_gen handed out */
 	int32		free_head;
 	int32		ndbs;
 	RingDb	   *dbs;			/* [ndbs], after the nodes */
@@ -258,12 +284,13 @@ extern RingShared *ring;
 extern HTAB *ring_flights;
 extern HTAB *ring_lanes;
 extern HTAB *ring_queues;
+extern HTAB *ring_prios;
 extern HTAB *ring_holds;
 
 /* ring_shmem.c: lanes and queues (caller holds ring->lock) */
 extern RingQueue *ring_queue_get(int32 queue_id, bool create);
+extern void ring_queue_forget(Oid dbid, int32 queue_id);
 extern RingLane *ring_lane_get(const RingLaneKey *key, RingQueue *q);
-extern bool ring_prio_room(RingQueue *q, int32 priority);
 extern void ring_lane_settle(RingLane *l);
 extern void ring_lane_push_back(RingLane *l, const RingPos *p);
 extern void ring_lane_push_front(RingLane *l, const RingPos *p);
@@ -302,7 +329,7 @@ extern bool ring_lane_held(const RingLane *l);
 extern void ring_holds_expire(RingDb *db, TimestampTz now);
 extern void ring_holds_expire_due(void);	/* no lock held */
 extern void ring_holds_settle_key(int32 queue_id, uint64 keyhash);
-extern RingLane *ring_holds_held_lane(RingQueue *q);
+extern int	ring_holds_held_lanes(RingQueue *q, RingLane **out, int max);
 typedef struct RingHoldRow
 {
 	int32		queue_id;
@@ -310,7 +337,7 @@ typedef struct RingHoldRow
 	TimestampTz until;
 } RingHoldRow;
 extern int	ring_holds_read(RingHoldRow **rows);	/* no lock held */
-extern void ring_holds_install(RingDb *db, const RingHoldRow *rows, int n);
+extern int64 ring_holds_install(RingDb *db, const RingHoldRow *rows, int n);
 
 /* ring_shmem.c: this database's record (lock held), created if missing */
 extern RingDb *ring_db(void);
@@ -356,6 +383,7 @@ extern bool ring_writing(void);
 extern void ring_note_truncating(int slot);
 extern bool ring_truncating(void);
 extern void ring_note_table_touch(int32 queue_id, bool at_commit_only);
+extern void ring_note_queue_dropped(int32 queue_id);
 extern void ring_reserve_relocated(int n);
 extern void ring_note_relocated(int64 id, int32 node, int from, const RingPos *to,
 								int64 token, const ItemPointerData *claim_tid);

@@ -9,8 +9,12 @@
  *
  * Bounds (settings, all PGC_POSTMASTER): pgjq.ring_positions nodes (ready
  * jobs plus those being enqueued or claimed), pgjq.ring_max_in_flight
- * running jobs, pgjq.ring_max_lanes lanes, pgjq.ring_max_queues queues with
- * ready or running ring jobs, pgjq.max_databases databases.  A call that
+ * running jobs, pgjq.ring_max_lanes lanes (and as many priority rings),
+ * pgjq.ring_max_queues queues with ready or running ring jobs,
+ * pgjq.max_databases databases.  A record is given back when nothing needs
+ * it any more: a lane's and its priority's when their last job ends, an
+ * empty queue's when its queue is dropped or another queue needs the room,
+ * a database's when the database or the extension is dropped.  A call that
  * would need more fails with 53000 or 54000 and a hint naming the setting;
  * nothing is lost and nothing half-done (the call's transaction aborts).
  *
@@ -35,6 +39,10 @@
 #include "limits.h"
 
 #include "access/xact.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/shmem.h"
@@ -44,6 +52,7 @@ RingShared *ring = NULL;
 HTAB	   *ring_flights = NULL;
 HTAB	   *ring_lanes = NULL;
 HTAB	   *ring_queues = NULL;
+HTAB	   *ring_prios = NULL;
 HTAB	   *ring_holds = NULL;
 
 static Size
@@ -67,6 +76,7 @@ pgjq_ring_shmem_size(void)
 	s = add_size(s, hash_estimate_size(pgjq_ring_max_in_flight, sizeof(RingFlight)));
 	s = add_size(s, hash_estimate_size(pgjq_ring_max_lanes, sizeof(RingLane)));
 	s = add_size(s, hash_estimate_size(pgjq_ring_max_queues, sizeof(RingQueue)));
+	s = add_size(s, hash_estimate_size(pgjq_ring_max_lanes, sizeof(RingPrio)));
 	s = add_size(s, hash_estimate_size(pgjq_ring_max_holds, sizeof(RingHold)));
 	s = add_size(s, ring_rates_shmem_size());
 	return s;
@@ -130,6 +140,12 @@ pgjq_ring_shmem_init(bool found_unused)
 	info.entrysize = sizeof(RingQueue);
 	ring_queues = ShmemInitHash("pgjq ring queues", pgjq_ring_max_queues, pgjq_ring_max_queues,
 								&info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	/* a priority exists only with a lane of it: never more than lanes */
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(RingPrioKey);
+	info.entrysize = sizeof(RingPrio);
+	ring_prios = ShmemInitHash("pgjq ring priorities", pgjq_ring_max_lanes, pgjq_ring_max_lanes,
+							   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(RingHoldKey);
 	info.entrysize = sizeof(RingHold);
@@ -217,6 +233,14 @@ ring_clear_db(RingDb *db)
 				ring->parked--;
 			hash_search(ring_lanes, &l->key, HASH_REMOVE, NULL);
 		}
+	{
+		RingPrio   *r;
+
+		hash_seq_init(&hs, ring_prios);
+		while ((r = hash_seq_search(&hs)) != NULL)
+			if (r->key.dbid == db->dbid)
+				hash_search(ring_prios, &r->key, HASH_REMOVE, NULL);
+	}
 	hash_seq_init(&hs, ring_queues);
 	while ((q = hash_seq_search(&hs)) != NULL)
 		if (q->key.dbid == db->dbid)
@@ -238,9 +262,45 @@ ring_clear_db(RingDb *db)
 	db->ready = false;
 }
 
+/* Nothing refers to the queue's record: no lane, so no job (lock held). */
+static bool
+queue_empty(const RingQueue *q)
+{
+	return q->lanes == 0 && q->ready == 0 && q->running == 0 && q->claiming == 0;
+}
+
+/*
+ * The table of queue records is full: give back the records of empty queues
+ * (of every database).  An empty record keeps only table_maybe, which a
+ * missing record stands for too ("maybe": the next claim looks at pgjq.job
+ * once), so a queue that was emptied once does not hold its record forever.
+ * O(pgjq.ring_max_queues), only when the table is full.
+ */
+static int
+queues_give_back(void)
+{
+	HASH_SEQ_STATUS hs;
+	RingQueue  *q;
+	int			n = 0;
+
+	hash_seq_init(&hs, ring_queues);
+	while ((q = hash_seq_search(&hs)) != NULL)
+		if (queue_empty(q))
+		{
+			hash_search(ring_queues, &q->key, HASH_REMOVE, NULL);
+			n++;
+		}
+	return n;
+}
+
 /*
  * A queue's record, made if missing with create (NULL when the table is
- * full).  A new record assumes pgjq.job may have ready rows of the queue.
+ * full of non-empty queues).  A new record assumes pgjq.job may have ready
+ * rows of the queue, with a generation no earlier record had, so that a
+ * claim that read the flag of a record given back since cannot clear the
+ * flag of the new one (pgjq_ring_table_empty).  Nothing keeps a pointer to
+ * a record across a release of the lock but its lanes (l->queue), and a
+ * record with lanes is never given back.
  */
 RingQueue *
 ring_queue_get(int32 queue_id, bool create)
@@ -253,68 +313,113 @@ ring_queue_get(int32 queue_id, bool create)
 	key.dbid = MyDatabaseId;
 	key.queue_id = queue_id;
 	q = hash_search(ring_queues, &key, create ? HASH_ENTER_NULL : HASH_FIND, &found);
+	if (q == NULL && create && queues_give_back() > 0)
+		q = hash_search(ring_queues, &key, HASH_ENTER_NULL, &found);
 	if (q != NULL && !found)
 	{
 		q->nprios = 0;
+		q->prios = NULL;
 		q->lanes = 0;
 		q->ready = q->running = q->claiming = q->claiming_own = 0;
 		q->table_maybe = true;
-		q->table_gen = 1;
+		q->table_gen = ++ring->table_gen;
 	}
 	return q;
 }
 
-static RingPrio *
-prio_of(RingQueue *q, int32 priority)
+/* The queue's record goes if it is empty (its queue was dropped). */
+void
+ring_queue_forget(Oid dbid, int32 queue_id)
 {
-	for (int i = 0; i < q->nprios; i++)
-		if (q->prios[i].priority == priority)
-			return &q->prios[i];
-	return NULL;
+	RingQueueKey key;
+	RingQueue  *q;
+
+	memset(&key, 0, sizeof(key));
+	key.dbid = dbid;
+	key.queue_id = queue_id;
+	q = hash_search(ring_queues, &key, HASH_FIND, NULL);
+	if (q != NULL && queue_empty(q))
+		hash_search(ring_queues, &key, HASH_REMOVE, NULL);
 }
 
-/* Is there a ring for the priority, or room for one? (made if missing) */
-bool
-ring_prio_room(RingQueue *q, int32 priority)
+/*
+ * The ring of the queue's priority, made if missing (in ascending place; a
+ * walk of the queue's priorities, only for a new one).  NULL only when the
+ * pool is full, which a lane that fits never finds (ring_prios has as many
+ * records as ring_lanes).
+ */
+static RingPrio *
+prio_get(RingQueue *q, int32 priority)
 {
-	int			i;
+	RingPrioKey key;
+	bool		found;
+	RingPrio   *r;
 
-	for (i = 0; i < q->nprios; i++)
+	memset(&key, 0, sizeof(key));
+	key.dbid = q->key.dbid;
+	key.queue_id = q->key.queue_id;
+	key.priority = priority;
+	r = hash_search(ring_prios, &key, HASH_ENTER_NULL, &found);
+	if (r != NULL && !found)
 	{
-		if (q->prios[i].priority == priority)
-			return true;
-		if (q->prios[i].priority > priority)
-			break;
-	}
-	if (q->nprios >= RING_MAX_PRIOS)
-	{
-		/* a priority ring without lanes can go */
-		int			k;
+		RingPrio   *before = NULL;
 
-		for (k = 0; k < q->nprios; k++)
-			if (q->prios[k].head == NULL && q->prios[k].parked == 0)
-				break;
-		if (k == q->nprios)
-			return false;
-		memmove(&q->prios[k], &q->prios[k + 1], sizeof(RingPrio) * (q->nprios - k - 1));
-		q->nprios--;
-		if (k < i)
-			i--;
+		r->head = NULL;
+		r->parked = 0;
+		r->nlanes = 0;
+		for (RingPrio *c = q->prios; c != NULL && c->key.priority < priority; c = c->next)
+			before = c;
+		r->prev = before;
+		r->next = before ? before->next : q->prios;
+		if (r->next)
+			r->next->prev = r;
+		if (before)
+			before->next = r;
+		else
+			q->prios = r;
+		q->nprios++;
 	}
-	memmove(&q->prios[i + 1], &q->prios[i], sizeof(RingPrio) * (q->nprios - i));
-	q->prios[i].priority = priority;
-	q->prios[i].head = NULL;
-	q->prios[i].parked = 0;
-	q->nprios++;
-	return true;
+	return r;
+}
+
+/* The priority's last lane went: its ring goes. */
+static void
+prio_drop(RingQueue *q, RingPrio *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		q->prios = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	q->nprios--;
+	hash_search(ring_prios, &r->key, HASH_REMOVE, NULL);
+}
+
+/*
+ * The lane's priority ring.  A lane holds its priority from its creation to
+ * its removal, so this is never NULL; should it be (a bug), the ring is
+ * made again rather than a callback crashing.
+ */
+static RingPrio *
+lane_prio(RingLane *l)
+{
+	if (unlikely(l->prio == NULL))
+	{
+		l->prio = prio_get(l->queue, l->key.priority);
+		if (l->prio != NULL)
+			l->prio->nlanes++;
+	}
+	return l->prio;
 }
 
 static void
 lane_link(RingLane *l)
 {
-	RingPrio   *r = prio_of(l->queue, l->key.priority);
+	RingPrio   *r = lane_prio(l);
 
-	Assert(r != NULL);
+	if (r == NULL)
+		return;					/* cannot happen (see lane_prio) */
 	if (r->head == NULL)
 	{
 		l->next = l->prev = l;
@@ -336,15 +441,18 @@ lane_link(RingLane *l)
 static void
 lane_unlink(RingLane *l)
 {
-	RingPrio   *r = prio_of(l->queue, l->key.priority);
+	RingPrio   *r = l->prio;
 
-	if (l->next == l)
-		r->head = NULL;
+	if (l->next == l || l->next == NULL)
+	{
+		if (r != NULL && r->head == l)
+			r->head = NULL;
+	}
 	else
 	{
 		l->prev->next = l->next;
 		l->next->prev = l->prev;
-		if (r->head == l)
+		if (r != NULL && r->head == l)
 			r->head = l->next;
 	}
 	l->next = l->prev = NULL;
@@ -360,7 +468,8 @@ ring_lane_park(RingLane *l)
 	if (l->linked)
 		lane_unlink(l);
 	l->parked = true;
-	prio_of(l->queue, l->key.priority)->parked++;
+	if (lane_prio(l) != NULL)
+		l->prio->parked++;
 	ring->parked++;
 }
 
@@ -368,15 +477,16 @@ static void
 lane_unpark(RingLane *l)
 {
 	l->parked = false;
-	prio_of(l->queue, l->key.priority)->parked--;
+	if (l->prio != NULL)
+		l->prio->parked--;
 	ring->parked--;
 }
 
 /*
  * After a lane's counts changed: linked exactly when it has ready jobs (and
  * is not parked),
- * dropped when nothing refers to it any more.  A priority whose lanes must
- * stay linked keeps its ring (ring_prio_room made it before the first push).
+ * dropped when nothing refers to it any more, with its priority's ring
+ * when it was that priority's last lane.
  */
 void
 ring_lane_settle(RingLane *l)
@@ -393,12 +503,20 @@ ring_lane_settle(RingLane *l)
 		lane_unlink(l);
 	if (!l->linked && l->count == 0 && l->running == 0 && l->pinned == 0)
 	{
-		l->queue->lanes--;
+		RingQueue  *q = l->queue;
+		RingPrio   *r = l->prio;
+
+		q->lanes--;
 		hash_search(ring_lanes, &l->key, HASH_REMOVE, NULL);
+		if (r != NULL && --r->nlanes == 0)
+			prio_drop(q, r);
 	}
 }
 
-/* The lane of a key, made if missing (NULL when pgjq.ring_max_lanes are used). */
+/*
+ * The lane of a key, made if missing with its priority's ring (NULL when
+ * pgjq.ring_max_lanes are used).
+ */
 RingLane *
 ring_lane_get(const RingLaneKey *key, RingQueue *q)
 {
@@ -407,6 +525,16 @@ ring_lane_get(const RingLaneKey *key, RingQueue *q)
 
 	if (l != NULL && !found)
 	{
+		RingPrio   *r = prio_get(q, key->priority);
+
+		if (r == NULL)
+		{
+			/* cannot happen: the pool has a record for every lane */
+			hash_search(ring_lanes, key, HASH_REMOVE, NULL);
+			return NULL;
+		}
+		r->nlanes++;
+		l->prio = r;
 		l->head = l->tail = -1;
 		l->count = l->running = l->pinned = 0;
 		l->linked = false;
@@ -513,8 +641,8 @@ ring_queue_unpark_all(RingQueue *q)
 	RingLane   *l;
 	int32		parked = 0;
 
-	for (int i = 0; i < q->nprios; i++)
-		parked += q->prios[i].parked;
+	for (RingPrio *r = q->prios; r != NULL; r = r->next)
+		parked += r->parked;
 	if (parked == 0)
 		return;
 	hash_seq_init(&hs, ring_lanes);
@@ -530,8 +658,8 @@ ring_queue_unpark_all(RingQueue *q)
 bool
 ring_queue_claimable(RingQueue *q)
 {
-	for (int i = 0; i < q->nprios; i++)
-		if (q->prios[i].head != NULL)
+	for (RingPrio *r = q->prios; r != NULL; r = r->next)
+		if (r->head != NULL)
 			return true;
 	return false;
 }
@@ -573,18 +701,20 @@ pgjq_ring_keys_freed(int n, const int32 *queue_ids, const uint64 *hashes)
 
 		if (q == NULL)
 			continue;
-		for (int p = 0; p < q->nprios; p++)
+		for (RingPrio *r = q->prios, *next; r != NULL; r = next)
 		{
 			RingLaneKey k;
 			RingLane   *l;
 
-			if (q->prios[p].parked == 0)
+			/* settling the lane may drop its priority's ring */
+			next = r->next;
+			if (r->parked == 0)
 				continue;
 			memset(&k, 0, sizeof(k));
 			k.dbid = MyDatabaseId;
 			k.queue_id = queue_ids[i];
 			k.keyhash = hashes[i] == empty ? 0 : hashes[i];
-			k.priority = q->prios[p].priority;
+			k.priority = r->key.priority;
 			l = hash_search(ring_lanes, &k, HASH_FIND, NULL);
 			if (l != NULL && l->parked)
 			{
@@ -599,13 +729,13 @@ pgjq_ring_keys_freed(int n, const int32 *queue_ids, const uint64 *hashes)
 RingLane *
 ring_next_lane(RingQueue *q)
 {
-	for (int i = 0; i < q->nprios; i++)
+	for (RingPrio *r = q->prios; r != NULL; r = r->next)
 	{
-		RingLane   *l = q->prios[i].head;
+		RingLane   *l = r->head;
 
 		if (l != NULL)
 		{
-			q->prios[i].head = l->next;
+			r->head = l->next;
 			return l;
 		}
 	}
@@ -755,6 +885,21 @@ static Unpark *p_unpark = NULL;
 static int	n_unpark = 0,
 			max_unpark = 0;
 
+/*
+ * Shared records this transaction gives back when it commits: a dropped
+ * queue's (queue_id set), or everything of a database whose database or
+ * extension it drops (queue_id 0).
+ */
+typedef struct Forget
+{
+	Oid			dbid;
+	int32		queue_id;
+	int			level;
+} Forget;
+static Forget *p_forget = NULL;
+static int	n_forget = 0,
+			max_forget = 0;
+
 static bool my_writer[RING_NSLOTS];
 static bool any_writer = false;
 /* the 'g' rows this transaction wrote: the generation, and the level */
@@ -822,6 +967,64 @@ pgjq_ring_queue_altered(int32 queue_id)
 	p_unpark[n_unpark].queue_id = queue_id;
 	p_unpark[n_unpark].level = GetCurrentTransactionNestLevel();
 	n_unpark++;
+}
+
+/* drop_queue: the queue's record goes when this commits (lock not held) */
+void
+ring_note_queue_dropped(int32 queue_id)
+{
+	p_forget = grow(p_forget, &max_forget, n_forget + 1, sizeof(Forget));
+	p_forget[n_forget].dbid = MyDatabaseId;
+	p_forget[n_forget].queue_id = queue_id;
+	p_forget[n_forget].level = GetCurrentTransactionNestLevel();
+	n_forget++;
+}
+
+/*
+ * DROP DATABASE, DROP EXTENSION pgjq: the database's ring state (its
+ * positions, lanes, queues, in-flight entries, held keys) goes when this
+ * commits.  Nobody else has ring work in it then: DROP DATABASE waits for
+ * its sessions to end, DROP EXTENSION for every transaction that wrote to
+ * the ring's tables, and both take their locks before this is noted.
+ */
+static object_access_hook_type prev_object_access_hook = NULL;
+
+static void
+object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, void *arg)
+{
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+	if (access != OAT_DROP || ring == NULL)
+		return;
+	if (classId == DatabaseRelationId ||
+		(classId == ExtensionRelationId && objectId == get_extension_oid("pgjq", true)))
+	{
+		p_forget = grow(p_forget, &max_forget, n_forget + 1, sizeof(Forget));
+		p_forget[n_forget].dbid = classId == DatabaseRelationId ? objectId : MyDatabaseId;
+		p_forget[n_forget].queue_id = 0;
+		p_forget[n_forget].level = GetCurrentTransactionNestLevel();
+		n_forget++;
+	}
+}
+
+/* lock held, at commit: give back what this transaction dropped */
+static void
+apply_forget(void)
+{
+	for (int i = 0; i < n_forget; i++)
+	{
+		if (p_forget[i].queue_id != 0)
+		{
+			ring_queue_forget(p_forget[i].dbid, p_forget[i].queue_id);
+			continue;
+		}
+		for (int d = 0; d < ring->ndbs; d++)
+			if (ring->dbs[d].dbid == p_forget[i].dbid)
+			{
+				ring_clear_db(&ring->dbs[d]);
+				memset(&ring->dbs[d], 0, sizeof(RingDb));
+			}
+	}
 }
 
 void
@@ -1181,7 +1384,7 @@ ring_touched_here(int32 queue_id)
 static void
 reset_local(void)
 {
-	n_enq = n_claim = n_close = n_touch = n_drop = n_reloc = n_unpark = n_ext = 0;
+	n_enq = n_claim = n_close = n_touch = n_drop = n_reloc = n_unpark = n_ext = n_forget = 0;
 	if (any_writer)
 	{
 		memset(my_writer, 0, sizeof(my_writer));
@@ -1196,7 +1399,8 @@ static bool
 has_pending(void)
 {
 	return n_enq > 0 || n_claim > 0 || n_close > 0 || n_touch > 0 || n_drop > 0 ||
-		n_reloc > 0 || n_unpark > 0 || n_ext > 0 || any_writer || my_truncating >= 0;
+		n_reloc > 0 || n_unpark > 0 || n_ext > 0 || n_forget > 0 || any_writer ||
+		my_truncating >= 0;
 }
 
 /* lock held: set the table flag of the touched queues (commit or not) */
@@ -1430,6 +1634,14 @@ xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_PREPARE:
+
+			/*
+			 * a prepared DROP EXTENSION leaves the ring's state to the
+			 * rebuild of a re-created extension (no commit callback here)
+			 */
+			n_forget = 0;
+			if (!has_pending())
+				break;
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("cannot PREPARE a transaction that enqueued, claimed or finished jobs of a ring queue"),
@@ -1443,6 +1655,13 @@ xact_callback(XactEvent event, void *arg)
 				n_unpark == 0 && n_ext == 0 && !any_writer &&
 				my_truncating < 0 && !touches_ring_queue())
 			{
+				/* a drop of a queue, a database or the extension, alone */
+				if (n_forget > 0)
+				{
+					LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+					apply_forget();
+					LWLockRelease(ring->lock);
+				}
 				reset_local();
 				break;
 			}
@@ -1556,6 +1775,8 @@ xact_callback(XactEvent event, void *arg)
 				db->truncations++;
 				db->stalled = false;
 			}
+			/* last: it may clear this database's record */
+			apply_forget();
 			LWLockRelease(ring->lock);
 			wake_for_reopened();
 			reset_local();
@@ -1623,6 +1844,11 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		for (int s = 0; s < RING_NSLOTS; s++)
 			if (my_marker[s] != 0 && my_marker_level[s] >= level)
 				my_marker[s] = 0;
+		keep = 0;
+		for (int i = 0; i < n_forget; i++)
+			if (p_forget[i].level < level)
+				p_forget[keep++] = p_forget[i];
+		n_forget = keep;
 		if (my_truncating >= 0 && my_truncating_level >= level)
 		{
 			RingDb	   *db = ring_db();
@@ -1660,6 +1886,9 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		for (int i = 0; i < n_unpark; i++)
 			if (p_unpark[i].level >= level)
 				p_unpark[i].level = level - 1;
+		for (int i = 0; i < n_forget; i++)
+			if (p_forget[i].level >= level)
+				p_forget[i].level = level - 1;
 		if (my_truncating >= 0 && my_truncating_level >= level)
 			my_truncating_level = level - 1;
 		for (int s = 0; s < RING_NSLOTS; s++)
@@ -1692,4 +1921,6 @@ pgjq_ring_startup(void)
 	RegisterSubXactCallback(subxact_callback, NULL);
 	prev_became_ready_hook = pgjq_became_ready_hook;
 	pgjq_became_ready_hook = became_ready;
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = object_access;
 }

@@ -238,8 +238,10 @@ ensure_ready(bool must)
 	 * The first call after a start rebuilds; concurrent first calls wait for
 	 * it on this lock, which nothing else takes in this mode, and then find
 	 * the state ready.  No transaction has ring work in this database now:
-	 * every ring call comes through here first.
+	 * every ring call comes through here first.  Records of databases that
+	 * were dropped go first: the rebuild may need their room.
 	 */
+	forget_gone_databases();
 	LockRelationOid(log_oid[0], ExclusiveLock);
 	LWLockAcquire(ring->lock, LW_SHARED);
 	db = ring_db_find();
@@ -766,11 +768,6 @@ append_and_publish(int32 queue_id, int n, BodyRow *rows)
 		{
 			if (i > 0 && memcmp(&keys[i], &keys[i - 1], sizeof(RingLaneKey)) == 0)
 				lanes[i] = lanes[i - 1];
-			else if (!ring_prio_room(q, rows[i].priority))
-			{
-				full = "priorities";
-				break;
-			}
 			else if ((lanes[i] = ring_lane_get(&keys[i], q)) == NULL)
 			{
 				full = "lanes";
@@ -788,11 +785,6 @@ append_and_publish(int32 queue_id, int n, BodyRow *rows)
 			ring_lane_settle(lanes[i]);
 		}
 		LWLockRelease(ring->lock);
-		if (strcmp(full, "priorities") == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("a ring queue holds ready jobs of at most %d distinct priorities at once",
-							RING_MAX_PRIOS)));
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("pgjq's ring engine has no room for more %s", full),
@@ -2703,8 +2695,23 @@ relocate(int limit)
 int64
 pgjq_ring_reclaim(int limit)
 {
+	static TimestampTz forgot_at = 0;
+	TimestampTz now;
+
 	if (ring == NULL || !ensure_ready(false))
 		return 0;
+
+	/*
+	 * The worker's pass, at most once a second: records of databases dropped
+	 * meanwhile go (their drop's commit gave them back already, unless it ran
+	 * where pgjq was not loaded)
+	 */
+	now = GetCurrentTimestamp();
+	if (now - forgot_at >= USECS_PER_SEC)
+	{
+		forgot_at = now;
+		forget_gone_databases();
+	}
 	if (maybe_truncate())
 		return 1;
 	return relocate(Max(limit, 1));
@@ -2817,6 +2824,9 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 	if (ring == NULL || !ensure_ready(false))
 		return 0;
 	xid = GetTopTransactionId();
+	/* the queue's record goes when the drop commits */
+	if (drop)
+		ring_note_queue_dropped(queue_id);
 
 	/* wait for open transactions that claim or close jobs of the queue */
 	do
@@ -2862,6 +2872,9 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 	{
 		int64		tok = 0;
 		int64		ids[1000];
+		RingLane   *held[1000];
+		int			nheld = -1,
+					h = 0;
 		int			k = 0;
 		RingQueue  *q;
 		bool		any;
@@ -2884,9 +2897,19 @@ pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *nready)
 			RingLane   *l = ring_next_lane(q);
 			RingPos		p;
 
-			/* and the lanes of held keys, out of the round robin */
+			/*
+			 * and the lanes of held keys, out of the round robin: found in
+			 * one walk of the lane table per chunk (they stay pinned, so
+			 * unlinked, until this transaction ends)
+			 */
 			if (l == NULL)
-				l = ring_holds_held_lane(q);
+			{
+				if (nheld < 0)
+					nheld = ring_holds_held_lanes(q, held, 1000 - k);
+				while (h < nheld && held[h]->count == 0)
+					h++;
+				l = h < nheld ? held[h] : NULL;
+			}
 			if (l == NULL)
 				break;
 			ring_lane_pop_front(l, &p);
@@ -2957,9 +2980,9 @@ oldest_ready(RingQueue *q)
 	TimestampTz oldest = 0;
 
 	/* the head of each lane is its oldest job; linked lanes have one */
-	for (int i = 0; i < q->nprios; i++)
+	for (RingPrio *r = q->prios; r != NULL; r = r->next)
 	{
-		RingLane   *h = q->prios[i].head;
+		RingLane   *h = r->head;
 		RingLane   *l = h;
 
 		while (l != NULL)
@@ -3395,6 +3418,7 @@ rebuild(void)
 	RingDb	   *db;
 	const char *full = NULL;
 	HTAB	   *bodies;
+	int64		holds_lost;
 
 	scan_tables(&sc, true);
 	bodies = sc.bodies;
@@ -3412,7 +3436,7 @@ rebuild(void)
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
 	db = ring_db();
 	ring_clear_db(db);
-	ring_holds_install(db, holds, nholds);
+	holds_lost = ring_holds_install(db, holds, nholds);
 	for (int64 i = 0; i < nlist && full == NULL; i++)
 	{
 		RbClaim    *c;
@@ -3424,8 +3448,6 @@ rebuild(void)
 			continue;			/* finished */
 		if ((q = ring_queue_get(b->queue_id, true)) == NULL)
 			full = "pgjq.ring_max_queues";
-		else if (!ring_prio_room(q, b->key.priority))
-			full = "priorities";
 		else if ((l = ring_lane_get(&b->key, q)) == NULL)
 			full = "pgjq.ring_max_lanes";
 		if (full != NULL)
@@ -3525,6 +3547,14 @@ rebuild(void)
 	db->rebuilds++;
 	db->ready = true;
 	LWLockRelease(ring->lock);
+	/* counted under the lock, reported without it */
+	if (holds_lost > 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg_plural("%lld held key of this database does not fit in pgjq.ring_max_holds and is not held",
+							   "%lld held keys of this database do not fit in pgjq.ring_max_holds and are not held",
+							   holds_lost, (long long) holds_lost),
+				 errhint("Raise pgjq.ring_max_holds and restart the server, or release keys.")));
 
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(ctx);
