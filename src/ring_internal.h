@@ -35,8 +35,10 @@
  *		So a slot is truncated only when it is the oldest in use (the log
  *		rows of live jobs are never in a slot older than their bodies).
  *	 I4 [v] count + reserved + held <= pgjq.ring_positions.
- *	 I5 a lane exists while it has ready jobs, running jobs, pins or a hold;
- *		a priority ring exists while its queue has lanes of that priority.
+ *	 I5 [v] count is the positions in lanes (all databases), a lane's count
+ *		its list, held the claims not committed; a lane exists while it has
+ *		ready or running jobs, pins or a hold, and its priority's record
+ *		exactly while lanes of it exist (nlanes).
  *	 I6 every callback keeps these without allocating or failing.
  *
  *-------------------------------------------------------------------------

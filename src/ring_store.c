@@ -3904,6 +3904,100 @@ verify_ring_order(const RbScan *sc, const RingSlot *mem, int mem_cur,
 				   psprintf("slot %d", mem_cur));
 }
 
+/*
+ * The shared accounting, all databases (invariants I4 and I5): the ready
+ * count is the positions in lanes, each lane's count its list, each lane in
+ * its priority's record, each priority record counting its lanes, and
+ * `held` the claims not committed yet.  Read under the shared lock, so
+ * exact (every change of these is made under the exclusive one); the rows
+ * are made after it is released.
+ */
+static void
+verify_accounting(PgjqVerifyRow **rows, int *n, int *max)
+{
+	HASH_SEQ_STATUS hs;
+	RingLane   *l;
+	RingPrio   *pr;
+	RingFlight *f;
+	int64		nodes = 0,
+				count,
+				claiming = 0,
+				closing = 0,
+				held;
+	int64		bad_count = 0,
+				bad_prio = 0,
+				bad_nlanes = 0;
+	HTAB	   *per_prio;
+	HASHCTL		ctl;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(RingPrio *);
+	ctl.entrysize = sizeof(RingPrio *) + sizeof(int64);
+	ctl.hcxt = CurrentMemoryContext;
+	per_prio = hash_create("pgjq verify prios", 256, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	LWLockAcquire(ring->lock, LW_SHARED);
+	count = ring->count;
+	held = ring->held;
+	hash_seq_init(&hs, ring_lanes);
+	while ((l = hash_seq_search(&hs)) != NULL)
+	{
+		int64		len = 0;
+		char	   *e;
+
+		for (int32 k = l->head; k >= 0; k = ring->nodes[k].next)
+			len++;
+		nodes += len;
+		if (len != l->count)
+			bad_count++;
+		if (l->prio == NULL || l->prio->key.dbid != l->key.dbid ||
+			l->prio->key.queue_id != l->key.queue_id || l->prio->key.priority != l->key.priority)
+			bad_prio++;
+		else
+		{
+			e = hash_search(per_prio, &l->prio, HASH_ENTER, NULL);
+			(*(int64 *) (e + sizeof(RingPrio *)))++;
+		}
+	}
+	hash_seq_init(&hs, ring_prios);
+	while ((pr = hash_seq_search(&hs)) != NULL)
+	{
+		char	   *e = hash_search(per_prio, &pr, HASH_FIND, NULL);
+		int64		lanes = e ? *(int64 *) (e + sizeof(RingPrio *)) : 0;
+
+		if (lanes != pr->nlanes || lanes == 0)
+			bad_nlanes++;
+	}
+	hash_seq_init(&hs, ring_flights);
+	while ((f = hash_seq_search(&hs)) != NULL)
+	{
+		if (f->state == RF_CLAIMING && !f->pending)
+			claiming++;
+		/* a claim its own transaction closes again is still held */
+		if (f->state == RF_CLOSING && !f->pending)
+			closing++;
+	}
+	LWLockRelease(ring->lock);
+
+	if (nodes != count)
+		verify_add(rows, n, max, "ring positions: ready (all databases)",
+				   psprintf(INT64_FORMAT " in lanes", nodes), psprintf(INT64_FORMAT " counted", count));
+	if (held < claiming || held > claiming + closing)
+		verify_add(rows, n, max, "ring positions: being claimed (all databases)",
+				   psprintf(INT64_FORMAT " claims not committed (and up to " INT64_FORMAT
+							" closed by their claimers)", claiming, closing),
+				   psprintf(INT64_FORMAT " counted", held));
+	if (bad_count > 0)
+		verify_add(rows, n, max, "ring lanes: ready count", "the lane's positions",
+				   psprintf(INT64_FORMAT " lanes differ", bad_count));
+	if (bad_prio > 0)
+		verify_add(rows, n, max, "ring lanes: priority", "the record of the lane's priority",
+				   psprintf(INT64_FORMAT " lanes without it", bad_prio));
+	if (bad_nlanes > 0)
+		verify_add(rows, n, max, "ring priorities: lanes", "as many as point to it, at least one",
+				   psprintf(INT64_FORMAT " records differ", bad_nlanes));
+}
+
 static int
 verify_once(PgjqVerifyRow **rows)
 {
@@ -4055,6 +4149,7 @@ verify_once(PgjqVerifyRow **rows)
 			verify_add(rows, &n, &max, psprintf("slot %d: unfinished jobs", s),
 					   psprintf(INT64_FORMAT, open[s]), psprintf(INT64_FORMAT, mem_open[s]));
 	verify_ring_order(&sc, mem_slot, mem_cur, rows, &n, &max);
+	verify_accounting(rows, &n, &max);
 	if (mem_used > pgjq_ring_positions)
 		verify_add(rows, &n, &max, "ring positions: ready + reserved + being claimed",
 				   psprintf("at most %d (pgjq.ring_positions)", pgjq_ring_positions),
