@@ -394,6 +394,7 @@ typedef struct BodyRow
 	int64		timeout_us;		/* its own execution deadline; 0: the queue's */
 	char		dedup_scope;	/* 'w': its claim deletes the anchor; 0: its
 								 * end */
+	TransactionId xmin;			/* body_by_id only: who wrote it */
 } BodyRow;
 
 /*
@@ -2239,6 +2240,7 @@ body_by_id(int64 id, BodyRow *out, int *slot, ItemPointerData *tid, bool latest)
 			BodyRow		b;
 
 			body_read(tup, RelationGetDescr(rel), &b);
+			b.xmin = HeapTupleHeaderGetXmin(tup->t_data);
 			if (!found || b.after > out->after)
 			{
 				*out = b;
@@ -3512,8 +3514,10 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 		int64		ctoken = 0;
 		int			cslot = RING_NO_SLOT;
 		ItemPointerData ctid;
+		bool		waited = false;
 
 		body_lane_key(&b, &key);
+again:
 		LWLockAcquire(ring->lock, LW_SHARED);
 		f = ring_flight_find(id);
 		/* a claim shows as running once committed, and to its own transaction */
@@ -3541,6 +3545,19 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 					ready = true;
 		}
 		LWLockRelease(ring->lock);
+
+		/*
+		 * Neither: finished, or its mover (enqueue, promotion) has committed
+		 * and its commit callback has not published it yet.  That callback
+		 * runs before the mover's xid lock goes: wait for it, look again.
+		 */
+		if (!ready && !running && !waited && TransactionIdIsNormal(b.xmin) &&
+			!TransactionIdIsCurrentTransactionId(b.xmin))
+		{
+			XactLockTableWait(b.xmin, NULL, NULL, XLTW_None);
+			waited = true;
+			goto again;
+		}
 		/* the claim row names the worker (it is read without the ring's lock) */
 		if (running)
 			worker = claim_worker(cslot, &ctid, ctoken);
