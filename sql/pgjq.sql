@@ -757,8 +757,10 @@ COMMENT ON FUNCTION pgjq.wait_jobs(bigint[], interval, boolean) IS 'wait until e
 /*
  * Who holds back the xmin horizon (the oldest transaction vacuum must keep
  * rows for) and for how long: a session, a prepared transaction or a
- * replication slot.  For pgjq_admin: as the extension owner it sees the
- * state and times of every role's sessions (never their query text).
+ * replication slot; and the due jobs the ring engine had no room for (they
+ * wait as ready rows of pgjq.job).  For pgjq_admin: as the extension owner
+ * it sees the state and times of every role's sessions (never their query
+ * text).
  */
 CREATE FUNCTION pgjq.health(
 	OUT horizon_holder text,
@@ -774,11 +776,14 @@ CREATE FUNCTION pgjq.health(
 	OUT xact_start timestamptz,
 	OUT query_start timestamptz,
 	OUT slot_name text,
-	OUT gid text)
+	OUT gid text,
+	OUT ring_refused bigint,
+	OUT ring_refused_at timestamptz,
+	OUT ring_refused_bound text)
 RETURNS record
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_health';
-COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it)';
+COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it); ring_refused: due jobs of this database the ring engine had no room for since the server started (they wait as ready rows of pgjq.job), the latest at ring_refused_at, for want of ring_refused_bound (queues, lanes or priorities)';
 
 /*
  * Metrics for monitoring (see README "Metrics"): per-queue gauges read from
