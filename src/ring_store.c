@@ -374,6 +374,21 @@ maybe_truncate(void)
 	return true;
 }
 
+/*
+ * A claim's or a completion's turn at maybe_truncate: only in a transaction
+ * of its own statement.  The slot's ACCESS EXCLUSIVE lock lasts to the end
+ * of the transaction, and in a client's transaction block it would block
+ * every reader of the slot (job(id), cancel, verify) until the client
+ * commits; a block is also what PREPARE TRANSACTION needs, which a
+ * truncation refuses.  The worker's "ring space" step truncates in any case.
+ */
+static void
+client_truncate(void)
+{
+	if (!IsTransactionBlock())
+		(void) maybe_truncate();
+}
+
 /* ---------------------------------------------------------------------
  * rows
  * --------------------------------------------------------------------- */
@@ -1346,7 +1361,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		deadline = claimed_at + queue->timeout_us;
 		lease_until = Min(lease_until, deadline);
 	}
-	maybe_truncate();
+	client_truncate();
 	/* holds that ended give their keys' lanes back first (key_hold.c) */
 	ring_holds_expire_due();
 	/* and keys at their key_rate whose next token is due (key_rate.c) */
@@ -1936,7 +1951,6 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 	}
 	if (!any_in_flight(n, idv))
 		return 0;
-	maybe_truncate();
 	nok = close_claims(n, idv, tokv, found, ok, fl, 0);
 	if (nok == 0)
 		return 0;
@@ -2054,6 +2068,8 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 			}
 		}
 	}
+	/* last: the slot's lock is not held while this waits for anyone */
+	client_truncate();
 	return nok;
 }
 
