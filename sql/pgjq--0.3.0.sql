@@ -783,7 +783,7 @@ CREATE FUNCTION pgjq.health(
 RETURNS record
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_health';
-COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it); ring_refused: due jobs of this database the ring engine had no room for since the server started (they wait as ready rows of pgjq.job), the latest at ring_refused_at, for want of ring_refused_bound (queues, lanes or priorities)';
+COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it); ring_refused: how often since the server started a due job of this database found no room in the ring engine (it waits as a ready row of pgjq.job), the latest at ring_refused_at, for want of ring_refused_bound (queues, lanes or priorities)';
 
 /*
  * Metrics for monitoring (see README "Metrics"): per-queue gauges read from

@@ -215,6 +215,8 @@ typedef struct RingDb
 	TimestampTz refused_at;		/* the latest; 0: none */
 	int32		refused_bound;	/* of the latest: 1 queues, 2 lanes, 3
 								 * priorities */
+	TimestampTz truncate_woken; /* a claim in a block woke the worker to
+								 * truncate (ring_store.c, client_truncate) */
 } RingDb;
 
 typedef struct RingShared

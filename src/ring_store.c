@@ -385,8 +385,46 @@ maybe_truncate(void)
 static void
 client_truncate(void)
 {
+	RingDb	   *db;
+	TimestampTz now;
+	bool		wake = false;
+
 	if (!IsTransactionBlock())
+	{
 		(void) maybe_truncate();
+		return;
+	}
+
+	/*
+	 * In a block: the worker truncates, woken now (at most every 100 ms) if
+	 * the oldest slot in use looks finished, so that claims in blocks give
+	 * space back about as soon as claims in statements of their own do.
+	 * Not at commit: that would refuse PREPARE of an empty claim.
+	 */
+	now = GetCurrentTimestamp();
+	LWLockAcquire(ring->lock, LW_SHARED);
+	db = ring_db_find();
+	for (int k = 1; db != NULL && k < RING_NSLOTS; k++)
+	{
+		RingSlot   *st = &db->slots[(db->cur_slot + k) % RING_NSLOTS];
+
+		if (st->clean)
+			continue;
+		wake = st->sealed && st->open == 0 && st->writers == 0 && !st->truncating &&
+			now - db->truncate_woken >= 100 * 1000;
+		break;
+	}
+	LWLockRelease(ring->lock);
+	if (!wake)
+		return;
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	db = ring_db_find();
+	wake = db != NULL && now - db->truncate_woken >= 100 * 1000;
+	if (wake)
+		db->truncate_woken = now;
+	LWLockRelease(ring->lock);
+	if (wake)
+		pgjq_shmem_wake_worker();
 }
 
 /* ---------------------------------------------------------------------
