@@ -259,7 +259,7 @@ apply(bool commit, int level)
 			PendingHold *p = &pending[--kept];
 			RingHold   *h = db ? hash_search(ring_holds, &p->key, HASH_FIND, NULL) : NULL;
 
-			/* a later transaction's change (after our end) is not ours to undo */
+			/* a later transaction's change (after our end): not ours to undo */
 			if (h == NULL || h->xid != pending_xid)
 				continue;
 			if (p->prev_pending)
@@ -378,11 +378,11 @@ note_change(int32 queue_id, const char *fair_key, TimestampTz until)
 	hold_key_of(&k, queue_id, fair_key);
 
 	/*
-	 * Another transaction's change of the key, not taken on yet: it has
-	 * ended (we hold the row it changed), but its commit or abort callback
-	 * may not have run.  Its fate is read here, without the ring's lock, and
-	 * a committed change is taken on for it below, so that the entry holds
-	 * only our change pending (and its callback leaves the entry alone).
+	 * Another transaction's change of the key, not taken on yet: it has ended
+	 * (we hold the row it changed), but its commit or abort callback may not
+	 * have run.  Its fate is read here, without the ring's lock, and a
+	 * committed change is taken on for it below, so that the entry holds only
+	 * our change pending (and its callback leaves the entry alone).
 	 */
 	LWLockAcquire(ring->lock, LW_SHARED);
 	db = ring_db_find();

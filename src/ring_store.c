@@ -398,8 +398,8 @@ client_truncate(void)
 	/*
 	 * In a block: the worker truncates, woken now (at most every 100 ms) if
 	 * the oldest slot in use looks finished, so that claims in blocks give
-	 * space back about as soon as claims in statements of their own do.
-	 * Not at commit: that would refuse PREPARE of an empty claim.
+	 * space back about as soon as claims in statements of their own do. Not
+	 * at commit: that would refuse PREPARE of an empty claim.
 	 */
 	now = GetCurrentTimestamp();
 	LWLockAcquire(ring->lock, LW_SHARED);
