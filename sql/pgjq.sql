@@ -760,8 +760,10 @@ COMMENT ON FUNCTION pgjq.wait_jobs(bigint[], interval, boolean) IS 'wait until e
 /*
  * Who holds back the xmin horizon (the oldest transaction vacuum must keep
  * rows for) and for how long: a session, a prepared transaction or a
- * replication slot.  For pgjq_admin: as the extension owner it sees the
- * state and times of every role's sessions (never their query text).
+ * replication slot; and the due jobs the ring engine had no room for (they
+ * wait as ready rows of pgjq.job).  For pgjq_admin: as the extension owner
+ * it sees the state and times of every role's sessions (never their query
+ * text).
  */
 CREATE FUNCTION pgjq.health(
 	OUT horizon_holder text,
@@ -777,11 +779,14 @@ CREATE FUNCTION pgjq.health(
 	OUT xact_start timestamptz,
 	OUT query_start timestamptz,
 	OUT slot_name text,
-	OUT gid text)
+	OUT gid text,
+	OUT ring_refused bigint,
+	OUT ring_refused_at timestamptz,
+	OUT ring_refused_bound text)
 RETURNS record
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_health';
-COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it)';
+COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it); ring_refused: how often since the server started a due job of this database found no room in the ring engine (it waits as a ready row of pgjq.job), the latest at ring_refused_at, for want of ring_refused_bound (queues or lanes)';
 
 /*
  * Metrics for monitoring (see README "Metrics"): per-queue gauges read from

@@ -108,15 +108,16 @@ lookup_queues(char **names, int n, PgjqQueue *queues)
  */
 static int
 queue_claim(const PgjqQueue *q, int granted, TimestampTz lease_until, const char *worker,
-			PgjqClaimQuota *quota, int64 *token, PgjqClaimedJob *jobs)
+			PgjqClaimQuota *quota, int64 *token, PgjqClaimedJob *jobs, bool *moved)
 {
 	uint64		gen;
 
+	*moved = false;
 	if (pgjq_ring_table_first(q->queue_id, &gen))
 	{
 		bool		left;
 
-		(void) pgjq_ring_promote_ready(q->queue_id, granted, &left);
+		*moved = pgjq_ring_promote_ready(q->queue_id, granted, &left) > 0;
 		if (!left)
 			pgjq_ring_table_empty(q->queue_id, gen);
 	}
@@ -141,6 +142,16 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 
 	*examined = 0;
 	pgjq_storage_begin();
+
+	/*
+	 * The queue-name lock in shared mode, as producers take it: drop_queue
+	 * (exclusive) waits for a claim in flight and then counts what it took as
+	 * running, and a claim that waited sees the drop.  An attempt that takes
+	 * and moves nothing of a queue gives its lock back at once, so a waiting
+	 * claim does not hold up a drop (nor the producers queued behind it).
+	 */
+	for (int i = 0; i < nqueues; i++)
+		pgjq_storage_queue_lock(names[i], RowExclusiveLock);
 	lookup_queues(names, nqueues, queues);
 	for (int i = 0; i < nqueues; i++)
 	{
@@ -152,14 +163,19 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		int64		token_in_us;
 		TimestampTz lease_until;
 		TimestampTz claim_at;
+		bool		moved;
 
 		queue_ids[i] = q->queue_id;
 		if (want <= 0)
+		{
+			pgjq_storage_queue_unlock(names[i], RowExclusiveLock);
 			continue;
+		}
 		*examined |= (uint32) 1 << i;
 		if (q->paused)
 		{
 			pgjq_metrics_count(q->queue_id, PGJQ_M_HELD_PAUSED, 1);
+			pgjq_storage_queue_unlock(names[i], RowExclusiveLock);
 			continue;
 		}
 		granted = pgjq_limits_reserve_queue(q, want, &token_in_us);
@@ -176,6 +192,7 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 			pgjq_limits_note_held_back(q->queue_id);
 			pgjq_metrics_count(q->queue_id, token_in_us > 0 ? PGJQ_M_HELD_RATE :
 							   PGJQ_M_HELD_CONCURRENCY, 1);
+			pgjq_storage_queue_unlock(names[i], RowExclusiveLock);
 			continue;
 		}
 		pgjq_limits_init_quota(&quota, q);
@@ -188,7 +205,9 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 		 * granted), for an error in it, and set to what it took after.
 		 */
 		pgjq_wait_note_claimed(q->queue_id, granted);
-		got = queue_claim(q, granted, lease_until, worker, &quota, &token, jobs + n);
+		got = queue_claim(q, granted, lease_until, worker, &quota, &token, jobs + n, &moved);
+		if (got == 0 && !moved)
+			pgjq_storage_queue_unlock(names[i], RowExclusiveLock);
 
 		/*
 		 * the worker rescues the leases on time if one ends before its

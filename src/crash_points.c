@@ -18,7 +18,12 @@
  * - "ring_relocate": after a relocation wrote its copies and log rows,
  *   before its transaction commits.
  *
- * The setting is superuser-only and empty by default; a point crashes only
+ * pgjq.debug_pause_at names the same points: there the process sleeps
+ * PAUSE_MS instead (and goes on), so that a test can act in the window the
+ * point marks, e.g. between a commit becoming visible and pgjq's commit
+ * callbacks.
+ *
+ * The settings are superuser-only and empty by default; a point crashes only
  * the process that has the setting when it gets there.  SIGKILL (not
  * abort()) so that the postmaster sees what an operator's kill -9 gives it:
  * no core file, no exit handler, a crash restart.
@@ -32,10 +37,18 @@
 #include "miscadmin.h"
 
 char	   *pgjq_debug_crash_at = NULL;
+char	   *pgjq_debug_pause_at = NULL;
+
+#define PAUSE_MS	3000
 
 void
 pgjq_crash_point(const char *point)
 {
+	if (pgjq_debug_pause_at != NULL && strcmp(pgjq_debug_pause_at, point) == 0)
+	{
+		elog(LOG, "pgjq: pausing at point \"%s\" (pgjq.debug_pause_at)", point);
+		pg_usleep(PAUSE_MS * 1000L);
+	}
 	if (pgjq_debug_crash_at == NULL || pgjq_debug_crash_at[0] == '\0' ||
 		strcmp(pgjq_debug_crash_at, point) != 0)
 		return;

@@ -26,6 +26,7 @@
  *	                          the next one (superuser)
  *	  pgjq.debug_crash_at     test only: crash at a named point (superuser;
  *	                          crash_points.c)
+ *	  pgjq.debug_pause_at     test only: sleep 3 s at a named point (superuser)
  *
  *-------------------------------------------------------------------------
  */
@@ -126,6 +127,15 @@ pgjq_guc_init(void)
 							   "Test only: the process kills itself (SIGKILL) at this point.",
 							   "Points: commit (after the commit record, before pgjq's shared memory follows it), worker_chunk (in the background worker, between two committed chunks), worker_reclaim (likewise, between two steps of giving the ring's space back), ring_relocate (after a relocation wrote its copies, before it commits).  Empty: never.",
 							   &pgjq_debug_crash_at,
+							   "",
+							   PGC_SUSET,
+							   GUC_NOT_IN_SAMPLE,
+							   check_crash_point, NULL, NULL);
+
+	DefineCustomStringVariable("pgjq.debug_pause_at",
+							   "Test only: the process sleeps 3 seconds at this point.",
+							   "The points of pgjq.debug_crash_at.  Empty: never.",
+							   &pgjq_debug_pause_at,
 							   "",
 							   PGC_SUSET,
 							   GUC_NOT_IN_SAMPLE,

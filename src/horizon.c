@@ -44,6 +44,7 @@
  */
 #include "pgjq.h"
 #include "horizon.h"
+#include "ring.h"
 #include "spi_plans.h"
 
 #include "access/htup_details.h"
@@ -164,8 +165,12 @@ run_holder_query(void)
 			 (uint64) SPI_processed);
 }
 
+/* the columns of pgjq.health() after the query's: the ring's refusals */
+#define NUM_RING_COLS		3
+
 /*
- * pgjq.health(): the horizon's holder and ages, as one row.  Runs as the
+ * pgjq.health(): the horizon's holder and ages, and the due jobs the ring
+ * had no room for (ring_store.c, promote_refused), as one row.  Runs as the
  * extension owner (SECURITY DEFINER), so it sees every session.
  */
 Datum
@@ -173,7 +178,14 @@ pgjq_health(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
 	TupleDesc	got;
-	HeapTupleHeader result;
+	Datum		values[NUM_COLS + NUM_RING_COLS];
+	bool		nulls[NUM_COLS + NUM_RING_COLS];
+	MemoryContext outer = CurrentMemoryContext;
+	MemoryContext spi;
+	HeapTuple	result;
+	int64		refused;
+	TimestampTz refused_at;
+	const char *bound;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "pgjq: health() must return a row type");
@@ -185,16 +197,27 @@ pgjq_health(PG_FUNCTION_ARGS)
 
 	/* the SQL declaration and the query must agree column for column */
 	got = SPI_tuptable->tupdesc;
-	if (got->natts != tupdesc->natts)
+	if (got->natts != NUM_COLS || tupdesc->natts != NUM_COLS + NUM_RING_COLS)
 		elog(ERROR, "pgjq: health() is declared with %d columns, the query has %d",
 			 tupdesc->natts, got->natts);
 	for (int i = 0; i < got->natts; i++)
 		if (TupleDescAttr(got, i)->atttypid != TupleDescAttr(tupdesc, i)->atttypid)
 			elog(ERROR, "pgjq: health() column %d has the wrong type", i + 1);
 
-	result = SPI_returntuple(SPI_tuptable->vals[0], tupdesc);
+	heap_deform_tuple(SPI_tuptable->vals[0], got, values, nulls);
+	pgjq_ring_refusals(&refused, &refused_at, &bound);
+	values[NUM_COLS] = Int64GetDatum(refused);
+	nulls[NUM_COLS] = false;
+	values[NUM_COLS + 1] = TimestampTzGetDatum(refused_at);
+	nulls[NUM_COLS + 1] = refused_at == 0;
+	values[NUM_COLS + 2] = bound ? CStringGetTextDatum(bound) : (Datum) 0;
+	nulls[NUM_COLS + 2] = bound == NULL;
+	/* formed (copied) in the caller's memory, before SPI's goes */
+	spi = MemoryContextSwitchTo(outer);
+	result = heap_form_tuple(tupdesc, values, nulls);
+	MemoryContextSwitchTo(spi);
 	SPI_finish();
-	PG_RETURN_HEAPTUPLEHEADER(result);
+	PG_RETURN_DATUM(HeapTupleGetDatum(result));
 }
 
 static void

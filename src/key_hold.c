@@ -37,8 +37,10 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "storage/procarray.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -69,6 +71,7 @@ typedef struct PendingHold
 } PendingHold;
 
 static PendingHold *pending = NULL;
+static TransactionId pending_xid = InvalidTransactionId;	/* whose they are */
 static int	npending = 0;
 static int	maxpending = 0;
 static bool callbacks = false;
@@ -264,7 +267,8 @@ apply(bool commit, int level)
 			PendingHold *p = &pending[--kept];
 			RingHold   *h = db ? hash_search(ring_holds, &p->key, HASH_FIND, NULL) : NULL;
 
-			if (h == NULL || !TransactionIdIsValid(h->xid))
+			/* a later transaction's change (after our end): not ours to undo */
+			if (h == NULL || h->xid != pending_xid)
 				continue;
 			if (p->prev_pending)
 				h->new_until = p->prev_new_until;
@@ -282,9 +286,14 @@ apply(bool commit, int level)
 		{
 			RingHold   *h = db ? hash_search(ring_holds, &pending[i].key, HASH_FIND, NULL) : NULL;
 
-			if (h == NULL || !TransactionIdIsValid(h->xid))
-				continue;		/* an earlier change of the same key applied
-								 * it */
+			/*
+			 * Only our own change: an earlier change of the same key applied
+			 * it, or a transaction that locked the row after our commit was
+			 * visible took it on for us (note_change) and its own change is
+			 * pending now.
+			 */
+			if (h == NULL || h->xid != pending_xid)
+				continue;
 			h->xid = InvalidTransactionId;
 			h->until = h->new_until;
 			if (h->until == 0)
@@ -314,6 +323,7 @@ hold_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			pgjq_crash_point("commit");
 			apply(true, 0);
 			npending = 0;
 			break;
@@ -356,6 +366,8 @@ note_change(int32 queue_id, const char *fair_key, TimestampTz until)
 	RingDb	   *db;
 	bool		found;
 	TransactionId xid = GetTopTransactionId();
+	TransactionId other;
+	bool		other_committed;
 
 	if (!callbacks)
 	{
@@ -372,9 +384,38 @@ note_change(int32 queue_id, const char *fair_key, TimestampTz until)
 		maxpending = newmax;
 	}
 	hold_key_of(&k, queue_id, fair_key);
+
+	/*
+	 * Another transaction's change of the key, not taken on yet: it has ended
+	 * (we hold the row it changed), but its commit or abort callback may not
+	 * have run.  Its fate is read here, without the ring's lock, and a
+	 * committed change is taken on for it below, so that the entry holds only
+	 * our change pending (and its callback leaves the entry alone).
+	 */
+	LWLockAcquire(ring->lock, LW_SHARED);
+	db = ring_db_find();
+	h = db ? hash_search(ring_holds, &k, HASH_FIND, NULL) : NULL;
+	other = h != NULL && TransactionIdIsValid(h->xid) && h->xid != xid ?
+		h->xid : InvalidTransactionId;
+	LWLockRelease(ring->lock);
+	/* (it cannot be running: never take on what it may still change) */
+	if (TransactionIdIsValid(other) && TransactionIdIsInProgress(other))
+		other = InvalidTransactionId;
+	other_committed = TransactionIdIsValid(other) && TransactionIdDidCommit(other);
+
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
 	db = ring_db();
 	h = db ? hash_search(ring_holds, &k, until > 0 ? HASH_ENTER_NULL : HASH_FIND, &found) : NULL;
+	if (h != NULL && found && TransactionIdIsValid(other) && h->xid == other)
+	{
+		if (other_committed)
+		{
+			h->until = h->new_until;
+			ring_holds_settle_key(queue_id, k.keyhash);
+		}
+		h->xid = InvalidTransactionId;
+		reset_next(db, GetCurrentTimestamp());
+	}
 	if (h == NULL)
 	{
 		LWLockRelease(ring->lock);
@@ -392,7 +433,7 @@ note_change(int32 queue_id, const char *fair_key, TimestampTz until)
 		ring->nholds++;
 		db->nholds++;
 	}
-	/* another transaction's change of the key committed before our row lock */
+	/* this transaction changed the key before */
 	pending[npending].prev_pending = TransactionIdIsValid(h->xid);
 	pending[npending].prev_new_until = h->new_until;
 	h->new_until = until;
@@ -400,6 +441,7 @@ note_change(int32 queue_id, const char *fair_key, TimestampTz until)
 	LWLockRelease(ring->lock);
 	pending[npending].key = k;
 	pending[npending].level = GetCurrentTransactionNestLevel();
+	pending_xid = xid;
 	npending++;
 }
 

@@ -30,6 +30,7 @@ extern int	pgjq_horizon_warn_after_s;
 extern int	pgjq_max_metrics_queues;
 extern int	pgjq_max_metrics_claims;
 extern char *pgjq_debug_crash_at;
+extern char *pgjq_debug_pause_at;
 extern void pgjq_guc_init(void);
 
 /* crash_points.c (test only) */

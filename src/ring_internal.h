@@ -265,6 +265,13 @@ typedef struct RingDb
 	int64		rebuilds;
 	int32		nholds;			/* entries of ring_holds of the database */
 	TimestampTz hold_next;		/* the earliest end of one of them */
+	/* due jobs a promotion left in pgjq.job for want of room (health()) */
+	int64		refused;
+	TimestampTz refused_at;		/* the latest; 0: none */
+	int32		refused_bound;	/* of the latest: 1 queues, 2 lanes, 3
+								 * priorities */
+	TimestampTz truncate_woken; /* a claim in a block woke the worker to
+								 * truncate (ring_store.c, client_truncate) */
 } RingDb;
 
 typedef struct RingShared

@@ -397,6 +397,59 @@ maybe_truncate(void)
 	return true;
 }
 
+/*
+ * A claim's or a completion's turn at maybe_truncate: only in a transaction
+ * of its own statement.  The slot's ACCESS EXCLUSIVE lock lasts to the end
+ * of the transaction, and in a client's transaction block it would block
+ * every reader of the slot (job(id), cancel, verify) until the client
+ * commits; a block is also what PREPARE TRANSACTION needs, which a
+ * truncation refuses.  The worker's "ring space" step truncates in any case.
+ */
+static void
+client_truncate(void)
+{
+	RingDb	   *db;
+	TimestampTz now;
+	bool		wake = false;
+
+	if (!IsTransactionBlock())
+	{
+		(void) maybe_truncate();
+		return;
+	}
+
+	/*
+	 * In a block: the worker truncates, woken now (at most every 100 ms) if
+	 * the oldest slot in use looks finished, so that claims in blocks give
+	 * space back about as soon as claims in statements of their own do. Not
+	 * at commit: that would refuse PREPARE of an empty claim.
+	 */
+	now = GetCurrentTimestamp();
+	LWLockAcquire(ring->lock, LW_SHARED);
+	db = ring_db_find();
+	for (int k = 1; db != NULL && k < RING_NSLOTS; k++)
+	{
+		RingSlot   *st = &db->slots[(db->cur_slot + k) % RING_NSLOTS];
+
+		if (st->clean)
+			continue;
+		wake = st->sealed && st->open == 0 && st->writers == 0 && !st->truncating &&
+			now - db->truncate_woken >= 100 * 1000;
+		break;
+	}
+	LWLockRelease(ring->lock);
+	if (!wake)
+		return;
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	db = ring_db_find();
+	wake = db != NULL && now - db->truncate_woken >= 100 * 1000;
+	if (wake)
+		db->truncate_woken = now;
+	LWLockRelease(ring->lock);
+	if (wake)
+		pgjq_shmem_wake_worker();
+}
+
 /* ---------------------------------------------------------------------
  * rows
  * --------------------------------------------------------------------- */
@@ -417,6 +470,7 @@ typedef struct BodyRow
 	int64		timeout_us;		/* its own execution deadline; 0: the queue's */
 	char		dedup_scope;	/* 'w': its claim deletes the anchor; 0: its
 								 * end */
+	TransactionId xmin;			/* body_by_id only: who wrote it */
 } BodyRow;
 
 /*
@@ -930,7 +984,7 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
  * stays held without a gap.
  */
 static PgjqPlan plan_promote_pick = {
-	"SELECT s.id, s.xmin FROM pgjq.job s"
+	"SELECT s.id, s.xmin, s.queue_id, s.priority, s.fair_key FROM pgjq.job s"
 	" WHERE s.state = 's' AND s.run_at <= $1"
 	" ORDER BY s.run_at LIMIT $2"
 	"   FOR UPDATE OF s SKIP LOCKED",
@@ -975,27 +1029,132 @@ promote_room(int limit)
 	return limit;
 }
 
+/* What refused a promotion (RingDb.refused_bound), as the errors name it. */
+static const char *const refused_names[] = {"", "queues", "lanes"};
+
 /*
- * The rows the last pick statement returned (id, xmin) out of pgjq.job and
- * into the ring as each job's next version.  A job that still has an
- * in-flight entry (failed, snoozed or ended dead by this transaction, or by
- * one whose commit has not reached its callback yet: the entry goes there)
- * stays in pgjq.job: one id has one entry, and the worker or the next claim
- * promotes it later.
+ * Lock held: pins[i] = the lane of picked row i, pinned so that it stays
+ * until the row is appended (made, and its queue's record and priority ring
+ * too, if missing), or NULL where the ring has no room for one of them: that
+ * row stays in pgjq.job.  Returns how many were refused; *bound says by what.
  */
+static int
+promote_pin(int n, const RingLaneKey *keys, const int16 *prios, RingLane **pins, int *bound)
+{
+	int			refused = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		RingQueue  *q = ring_queue_get(keys[i].queue_id, true);
+		int			why = 0;
+
+		pins[i] = NULL;
+		/* a lane that fits finds room for its priority's ring (ring_prios) */
+		if (q == NULL)
+			why = 1;
+		else if ((pins[i] = ring_lane_get(&keys[i], q)) == NULL)
+			why = 2;
+		if (why != 0)
+		{
+			refused++;
+			*bound = why;
+			continue;
+		}
+		pins[i]->pinned++;
+	}
+	return refused;
+}
+
+/* Lock not held: the pins of promote_pin go. */
+static void
+promote_unpin(int n, RingLane **pins)
+{
+	if (LWLockHeldByMe(ring->lock))
+		LWLockRelease(ring->lock);	/* an error under it, on the way out */
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < n; i++)
+		if (pins[i] != NULL)
+		{
+			pins[i]->pinned--;
+			ring_lane_settle(pins[i]);
+		}
+	LWLockRelease(ring->lock);
+}
+
+/*
+ * Due jobs the ring had no room for (a queue record or a lane): counted in the database's ring state for health(), and said in the
+ * log once, not at every pass (again once none was refused for a while).
+ */
+#define REFUSED_LOG_AGAIN_US	(600 * USECS_PER_SEC)
+
+static void
+promote_refused(int n, int bound)
+{
+	RingDb	   *db;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		say = false;
+
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	db = ring_db_find();
+	if (db != NULL)
+	{
+		say = db->refused_at == 0 || now - db->refused_at > REFUSED_LOG_AGAIN_US;
+		db->refused += n;
+		db->refused_at = now;
+		db->refused_bound = bound;
+	}
+	LWLockRelease(ring->lock);
+	if (say)
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("pgjq's ring engine has no room for more %s: %d due jobs stay ready in pgjq.job",
+						refused_names[bound], n),
+				 errdetail("pgjq.ring_max_lanes = %d, pgjq.ring_max_queues = %d.",
+						   pgjq_ring_max_lanes, pgjq_ring_max_queues),
+				 errhint("Claims take them once the ring has room; pgjq.health() counts them.  Raise the setting and restart the server, or let workers drain the ring queues.")));
+}
+
+/*
+ * The rows the last pick statement returned (id, xmin, queue_id, priority,
+ * fair_key) out of pgjq.job and into the ring as each job's next version.
+ * A job that still has an in-flight entry (failed, snoozed or ended dead by
+ * this transaction, or by one whose commit has not reached its callback
+ * yet: the entry goes there) stays in pgjq.job: one id has one entry, and
+ * the worker or the next claim promotes it later.  So does a job whose
+ * queue, lane or priority the ring has no room for: checked (and its lane
+ * pinned) before any row moves, so that one such job never fails the
+ * promotion of the others (the caller makes it a ready row of pgjq.job).
+ */
+static int	promote_moved(int n, int64 *ids);
+
 static int64
 promote_picked(void)
 {
-	Datum		values[1];
 	int			n = 0;
 	int64	   *ids;
-	BodyRow    *rows;
-	MemoryContext old;
+	RingLaneKey *keys;
+	int16	   *prios;
+	RingLane  **pins;
+	int			npins;
+	int			refused;
+	int			bound = 0;
 	uint64		picked = SPI_processed;
 
 	ids = palloc(sizeof(int64) * Max(picked, 1));
+	keys = palloc(sizeof(RingLaneKey) * Max(picked, 1));
+	prios = palloc(sizeof(int16) * Max(picked, 1));
+	pins = palloc(sizeof(RingLane *) * Max(picked, 1));
 	for (uint64 r = 0; r < picked; r++)
-		ids[n++] = pgjq_spi_get_int64((int) r, 1);
+	{
+		bool		isnull;
+		text	   *fk = DatumGetTextPP(pgjq_spi_get((int) r, 5, &isnull));
+
+		ids[n] = pgjq_spi_get_int64((int) r, 1);
+		prios[n] = DatumGetInt16(pgjq_spi_get((int) r, 4, &isnull));
+		ring_lane_key(&keys[n], DatumGetInt32(pgjq_spi_get((int) r, 3, &isnull)), prios[n],
+					  VARDATA_ANY(fk), VARSIZE_ANY_EXHDR(fk));
+		n++;
+	}
 	if (n > 0)
 	{
 		int			m = 0;
@@ -1003,12 +1162,52 @@ promote_picked(void)
 		LWLockAcquire(ring->lock, LW_SHARED);
 		for (int i = 0; i < n; i++)
 			if (ring_flight_find(ids[i]) == NULL)
-				ids[m++] = ids[i];
+			{
+				ids[m] = ids[i];
+				keys[m] = keys[i];
+				prios[m] = prios[i];
+				m++;
+			}
 		LWLockRelease(ring->lock);
 		n = m;
 	}
 	if (n == 0)
 		return 0;
+
+	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
+	refused = promote_pin(n, keys, prios, pins, &bound);
+	LWLockRelease(ring->lock);
+	npins = n;
+	if (refused > 0)
+	{
+		int			m = 0;
+
+		promote_refused(refused, bound);
+		for (int i = 0; i < n; i++)
+			if (pins[i] != NULL)
+				ids[m++] = ids[i];
+		n = m;
+	}
+	PG_TRY();
+	{
+		n = n == 0 ? 0 : promote_moved(n, ids);
+	}
+	PG_FINALLY();
+	{
+		promote_unpin(npins, pins);
+	}
+	PG_END_TRY();
+	return n;
+}
+
+/* The ids out of pgjq.job and into the ring (their lanes pinned). */
+static int
+promote_moved(int n, int64 *ids)
+{
+	Datum		values[1];
+	BodyRow    *rows;
+	MemoryContext old;
+
 	values[0] = PointerGetDatum(int8_array(ids, n));
 	pgjq_spi_run(&plan_promote_out, values, NULL, 0);
 	n = (int) SPI_processed;
@@ -1061,7 +1260,8 @@ promote_picked(void)
  * no room for stay as they are.  Returns how many moved.
  */
 static PgjqPlan plan_promote_waiting_pick = {
-	"SELECT j.id, j.xmin FROM pgjq.job j WHERE j.id = ANY ($1) AND j.state = 'w'"
+	"SELECT j.id, j.xmin, j.queue_id, j.priority, j.fair_key FROM pgjq.job j"
+	" WHERE j.id = ANY ($1) AND j.state = 'w'"
 	" ORDER BY j.id FOR UPDATE",
 	1, {INT8ARRAYOID}
 };
@@ -1102,7 +1302,7 @@ pgjq_ring_promote(TimestampTz now, int limit)
  * for), the most urgent first, by the index's order (priority, fair key, id).
  */
 static PgjqPlan plan_promote_ready_pick = {
-	"SELECT j.id, j.xmin FROM pgjq.job j"
+	"SELECT j.id, j.xmin, j.queue_id, j.priority, j.fair_key FROM pgjq.job j"
 	" WHERE j.queue_id = $1 AND j.state = 'r'"
 	" ORDER BY j.priority, j.fair_key, j.id LIMIT $2"
 	"   FOR UPDATE SKIP LOCKED",
@@ -1210,7 +1410,7 @@ pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 		deadline = claimed_at + queue->timeout_us;
 		lease_until = Min(lease_until, deadline);
 	}
-	maybe_truncate();
+	client_truncate();
 	/* holds that ended give their keys' lanes back first (key_hold.c) */
 	ring_holds_expire_due();
 	/* and keys at their key_rate whose next token is due (key_rate.c) */
@@ -1800,7 +2000,6 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 	}
 	if (!any_in_flight(n, idv))
 		return 0;
-	maybe_truncate();
 	nok = close_claims(n, idv, tokv, found, ok, fl, 0);
 	if (nok == 0)
 		return 0;
@@ -1918,6 +2117,8 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 			}
 		}
 	}
+	/* last: the slot's lock is not held while this waits for anyone */
+	client_truncate();
 	return nok;
 }
 
@@ -2252,6 +2453,7 @@ body_by_id(int64 id, BodyRow *out, int *slot, ItemPointerData *tid, bool latest)
 			BodyRow		b;
 
 			body_read(tup, RelationGetDescr(rel), &b);
+			b.xmin = HeapTupleHeaderGetXmin(tup->t_data);
 			if (!found || b.after > out->after)
 			{
 				*out = b;
@@ -3617,8 +3819,10 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 		int64		ctoken = 0;
 		int			cslot = RING_NO_SLOT;
 		ItemPointerData ctid;
+		bool		waited = false;
 
 		body_lane_key(&b, &key);
+again:
 		LWLockAcquire(ring->lock, LW_SHARED);
 		f = ring_flight_find(id);
 		/* a claim shows as running once committed, and to its own transaction */
@@ -3646,6 +3850,19 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 					ready = true;
 		}
 		LWLockRelease(ring->lock);
+
+		/*
+		 * Neither: finished, or its mover (enqueue, promotion) has committed
+		 * and its commit callback has not published it yet.  That callback
+		 * runs before the mover's xid lock goes: wait for it, look again.
+		 */
+		if (!ready && !running && !waited && TransactionIdIsNormal(b.xmin) &&
+			!TransactionIdIsCurrentTransactionId(b.xmin))
+		{
+			XactLockTableWait(b.xmin, NULL, NULL, XLTW_None);
+			waited = true;
+			goto again;
+		}
 		/* the claim row names the worker (it is read without the ring's lock) */
 		if (running)
 			worker = claim_worker(cslot, &ctid, ctoken);
@@ -3726,6 +3943,32 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 	}
 	pgjq_storage_end();
 	return (Datum) 0;
+}
+
+/*
+ * Due jobs of this database that promotions left in pgjq.job because the
+ * ring had no room for their queue, lane or priority since the server
+ * started: how many, the latest time, and the bound then (NULL: none).
+ */
+void
+pgjq_ring_refusals(int64 *n, TimestampTz *at, const char **bound)
+{
+	RingDb	   *db;
+
+	*n = 0;
+	*at = 0;
+	*bound = NULL;
+	if (ring == NULL)
+		return;
+	LWLockAcquire(ring->lock, LW_SHARED);
+	db = ring_db_find();
+	if (db != NULL && db->refused > 0)
+	{
+		*n = db->refused;
+		*at = db->refused_at;
+		*bound = refused_names[db->refused_bound];
+	}
+	LWLockRelease(ring->lock);
 }
 
 PG_FUNCTION_INFO_V1(pgjq_ring_counts_sql);

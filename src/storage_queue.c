@@ -3,10 +3,12 @@
  * storage_queue.c
  *	  Queue rows: lookup, create, alter, pause, drop, purge.
  *
- * Locking: enqueue and retry_dead take a shared lock on the queue's name
- * (pgjq_storage_queue_lock) before looking the queue up; drop_queue takes it
- * exclusively.  So a drop waits for producers in flight, and a producer that
- * waited finds the queue gone instead of inserting orphan jobs.  The lock is
+ * Locking: enqueue, retry_dead and claims take a shared lock on the queue's
+ * name (pgjq_storage_queue_lock) before looking the queue up; drop_queue
+ * takes it exclusively.  So a drop waits for producers and claims in flight,
+ * and one that waited finds the queue gone instead of inserting orphan jobs
+ * or leasing jobs the drop did not count (a claim that took nothing gives
+ * its lock back at once: claim.c).  The lock is
  * a heavyweight advisory-style lock held until the transaction ends: no row
  * lock, no WAL, no contention between producers.
  *
@@ -111,6 +113,20 @@ pgjq_storage_queue_lock(const char *name, LOCKMODE mode)
 	(void) LockAcquire(&tag, mode, false, false);
 	/* as LockRelationOid does: see what committed while we waited */
 	AcceptInvalidationMessages();
+}
+
+/*
+ * Gives back one pgjq_storage_queue_lock of this transaction (a claim that
+ * took nothing); one taken before by the transaction stays held.
+ */
+void
+pgjq_storage_queue_unlock(const char *name, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+	uint32		h = hash_bytes((const unsigned char *) name, strlen(name));
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, h, 0, PGJQ_LOCKTAG_QUEUE);
+	(void) LockRelease(&tag, mode, false);
 }
 
 typedef struct CachedQueue

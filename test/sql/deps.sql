@@ -34,7 +34,7 @@ SELECT count(*) FROM pgjq.claim('qd', 10);
 -- completing a releases b once the worker (here promote()) has looked; r's
 -- completion releases x and y, not z
 SELECT pgjq.complete(id, token) FROM c ORDER BY n;
-SELECT pgjq.promote() >= 0 AS promoted;
+SELECT pgjq.promote() AS promoted;
 SELECT j.state, j.waiting_for FROM pgjq.job(:b) j;
 SELECT g.n, j.state FROM g, pgjq.job(g.id) j ORDER BY g.n;
 TRUNCATE c;
@@ -43,11 +43,11 @@ SELECT n FROM c ORDER BY n;
 
 -- z waits for both: one done is not enough
 SELECT pgjq.complete(id, token) FROM c WHERE n = 'x';
-SELECT pgjq.promote() >= 0 AS promoted;
+SELECT pgjq.promote() AS promoted;
 SELECT j.state, j.waiting_for = ARRAY(SELECT id FROM g WHERE n = 3) AS on_y
   FROM g, pgjq.job(g.id) j WHERE g.n = 4;
 SELECT pgjq.complete(id, token) FROM c WHERE n IN ('y', 'b');
-SELECT pgjq.promote() >= 0 AS promoted;
+SELECT pgjq.promote() AS promoted;
 SELECT j.state, j.waiting_for FROM g, pgjq.job(g.id) j WHERE g.n = 4;
 SELECT payload->>'n' AS n FROM pgjq.claim('qd', 10);
 SELECT waiting FROM pgjq.queue_stats WHERE queue = 'qd';
@@ -57,7 +57,7 @@ SELECT value FROM pgjq.metrics('qd') WHERE name = 'pgjq_jobs' AND labels->>'stat
 SELECT pgjq.enqueue('qd', '{"n": "p"}') AS p \gset
 SELECT pgjq.enqueue('qd', '{"n": "later"}', delay => '1 hour', after => ARRAY[:p]::bigint[]) AS later \gset
 SELECT pgjq.complete(id, token) FROM pgjq.claim('qd', 10);
-SELECT pgjq.promote() >= 0 AS promoted;
+SELECT pgjq.promote() AS promoted;
 SELECT state, run_at > now() + interval '50 minutes' AS later FROM pgjq.job(:later);
 SELECT pgjq.cancel(:later);
 
@@ -69,8 +69,8 @@ SELECT pgjq.enqueue('qd', '{"n": "f2"}', after => ARRAY[:f1]::bigint[]) AS f2 \g
 SELECT pgjq.enqueue('qd', '{"n": "frun"}', after => ARRAY[:f]::bigint[],
                     on_dependency_failure => 'run') AS frun \gset
 SELECT pgjq.fail(id, token, 'boom') FROM pgjq.claim('qd', 10);
-SELECT pgjq.promote() >= 0 AS promoted;
-SELECT pgjq.promote() >= 0 AS promoted;
+SELECT pgjq.promote() AS promoted;
+SELECT pgjq.promote() AS promoted;
 SELECT j.id = :f1 AS is_f1, j.state, j.last_error = 'dependency ' || :f || ' ended dead' AS names_f
   FROM pgjq.job(:f1) j;
 SELECT j.state, j.last_error = 'dependency ' || :f1 || ' ended cancelled' AS names_f1 FROM pgjq.job(:f2) j;
@@ -84,7 +84,7 @@ SELECT pgjq.enqueue('qd', '{"n": "k2"}', after => ARRAY[:k]::bigint[]) AS k2 \gs
 SELECT pgjq.cancel(:k1);
 SELECT state FROM pgjq.job(:k1);
 SELECT pgjq.cancel(:k);
-SELECT pgjq.promote() >= 0 AS promoted;
+SELECT pgjq.promote() AS promoted;
 SELECT state, last_error = 'dependency ' || :k || ' ended cancelled' AS names_k FROM pgjq.job(:k2);
 
 -- a dependency that finished before the enqueue: released at the first look
@@ -92,7 +92,7 @@ SELECT pgjq.enqueue('qd', '{"n": "done"}') AS done \gset
 SELECT pgjq.complete(id, token) FROM pgjq.claim('qd', 10);
 SELECT pgjq.enqueue('qd', '{"n": "after_done"}', after => ARRAY[:done]::bigint[]) AS ad \gset
 SELECT state FROM pgjq.job(:ad);
-SELECT pgjq.promote() >= 0 AS promoted;
+SELECT pgjq.promote() AS promoted;
 SELECT state FROM pgjq.job(:ad);
 SELECT payload->>'n' AS n FROM pgjq.claim('qd', 10);
 
@@ -137,7 +137,7 @@ SELECT count(*) FROM pgjq.job_dependency;
 SELECT pgjq.enqueue('qd', '{"n": "w"}', delay => '1 hour') AS w \gset
 SELECT pgjq.enqueue('qd', '{"n": "w1"}', after => ARRAY[:w]::bigint[]) IS NOT NULL AS enqueued;
 SELECT pgjq.drop_queue('qd', force => true);
-SELECT pgjq.promote() >= 0 AS promoted;
+SELECT pgjq.promote() AS promoted;
 SELECT count(*) FROM pgjq.job WHERE state = 'w';
 SELECT count(*) FROM pgjq.job_dependency;
 SELECT * FROM pgjq.verify();

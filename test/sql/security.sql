@@ -106,7 +106,7 @@ DROP SCHEMA evil CASCADE;
 RESET client_min_messages;
 
 ---------------------------------------------------------------- privileges
-SELECT pgjq.purge('qsec') >= 0 AS purged;
+SELECT pgjq.purge('qsec') AS purged;
 SELECT pgjq.enqueue('qsec') AS p1 \gset
 
 -- a role with none of the pgjq roles can call nothing: 42501

@@ -66,6 +66,19 @@ SELECT count(*) AS claimed FROM pgjq.claim('tp', 1);
 PREPARE TRANSACTION 'pgjq_tp_empty';
 ROLLBACK PREPARED 'pgjq_tp_empty';
 
+-- alter_queue of a limit wakes waiting claims at commit: refused (README);
+-- of another setting: it prepares
+BEGIN;
+SELECT pgjq.alter_queue('tp', concurrency => 3);
+PREPARE TRANSACTION 'pgjq_tp_alter';
+\echo :SQLSTATE
+SELECT concurrency FROM pgjq.list_queues() WHERE queue = 'tp';
+BEGIN;
+SELECT pgjq.alter_queue('tp', max_attempts => 7);
+PREPARE TRANSACTION 'pgjq_tp_alter';
+COMMIT PREPARED 'pgjq_tp_alter';
+SELECT max_attempts FROM pgjq.list_queues() WHERE queue = 'tp';
+
 -- without any pgjq call: prepare, then commit or roll back
 CREATE TABLE tp_plain (x int);
 BEGIN;
