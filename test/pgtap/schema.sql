@@ -64,7 +64,7 @@ SELECT set_eq(
 		('unschedule(name text) -> boolean'),
 		('list_schedules(OUT name text, OUT cron text, OUT queue text, OUT payload jsonb, OUT time_zone text, OUT catch_up text, OUT next_slot timestamp with time zone, OUT last_slot timestamp with time zone, OUT created_at timestamp with time zone) -> SETOF record'),
 		('wait_jobs(ids bigint[], wait interval, "all" boolean) -> TABLE(id bigint, state text, attempt integer, result jsonb)'),
-		('health(OUT horizon_holder text, OUT horizon_xid xid, OUT horizon_age_xacts bigint, OUT horizon_age_seconds double precision, OUT horizon_held_since timestamp with time zone, OUT pid integer, OUT backend_type text, OUT usename text, OUT application_name text, OUT state text, OUT xact_start timestamp with time zone, OUT query_start timestamp with time zone, OUT slot_name text, OUT gid text) -> record'),
+		('health(OUT horizon_holder text, OUT horizon_xid xid, OUT horizon_age_xacts bigint, OUT horizon_age_seconds double precision, OUT horizon_held_since timestamp with time zone, OUT pid integer, OUT backend_type text, OUT usename text, OUT application_name text, OUT state text, OUT xact_start timestamp with time zone, OUT query_start timestamp with time zone, OUT slot_name text, OUT gid text, OUT ring_refused bigint, OUT ring_refused_at timestamp with time zone, OUT ring_refused_bound text) -> record'),
 		('verify(OUT area text, OUT object text, OUT expected text, OUT found text) -> SETOF record'),
 		('metrics(queue text, OUT name text, OUT labels jsonb, OUT value double precision) -> SETOF record'),
 		('metrics_prometheus(queue text) -> text')$$,

@@ -39,7 +39,7 @@ $node->safe_psql('postgres',
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
-my $pgbench = $ENV{PG_REGRESS} ? undef : undef;    # pgbench from PATH
+
 my $tmp = PostgreSQL::Test::Utils::tempdir;
 
 sub write_file
@@ -112,7 +112,7 @@ sub recipe
 	my $secs = int($t0 - time) + 4 + 8;
 	my $r = IPC::Run::run(
 		[
-			'pgbench', '-n', '-c', '4', '-T', $secs, '-D', "q=$q", '-f', $pick,
+			'pgbench', '-n', '-c', '4', '-T', $secs, '-D', "q='$q'", '-f', $pick,
 			'-h', $node->host, '-p', $node->port, 'postgres'
 		],
 		'>', "$tmp/pick_$label.log", '2>&1');
