@@ -61,11 +61,3 @@ AS 'MODULE_PATHNAME', 'pgjq_health';
 COMMENT ON FUNCTION pgjq.health() IS 'who holds back the xmin horizon (backend, prepared transaction or replication slot) and its age in transactions and in seconds (seconds NULL when the holder records no start: a slot, a walsender''s feedback; both 0 when nothing holds it); ring_refused: how often since the server started a due job of this database found no room in the ring engine (it waits as a ready row of pgjq.job), the latest at ring_refused_at, for want of ring_refused_bound (queues or lanes)';
 REVOKE ALL ON FUNCTION pgjq.health() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgjq.health() TO pgjq_admin;
-
-/*
- * pgjq.job is vacuumed at 1% churn: promotion walks job_scheduled_idx from
- * its start, over the dead entries of the jobs it promoted until a vacuum
- * removes them (after a crash, with the statistics gone, for as long as
- * autovacuum does not know about them).
- */
-ALTER TABLE pgjq.job SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000);

@@ -99,14 +99,7 @@ CREATE TABLE pgjq.job (
 	dedup_scope		"char",	/* 'w': its dedup_key is held only until a claim; NULL: until it ends */
 	deps_left		integer,	/* state 'w': dependencies not finished yet */
 	on_dep_failure	"char"	/* state 'w': 'r' runs it when a dependency ends dead or cancelled; NULL: cancelled */
-) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000);
-/*
- * Vacuumed at 1% churn (the default 20% lets a promoted frontier's dead
- * entries pile up in job_scheduled_idx, which every promotion walks from its
- * start).  After a crash the statistics are gone, and the dead entries lose
- * the flags index scans set on them: until a vacuum, each promotion walks
- * them all again (bench/fr1/run, docs/design.md "Durability").
- */
+);
 COMMENT ON TABLE pgjq.job IS 'unfinished jobs outside the ring: scheduled, ready, waiting for dependencies, dedup anchors (private)';
 
 CREATE INDEX job_ready_idx ON pgjq.job (queue_id, priority, fair_key, id) WHERE state = 'r';
