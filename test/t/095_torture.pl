@@ -47,6 +47,9 @@
 #                            job every 0.2 s; 10 kill -9s 0.3-0.7 s apart)
 #   PGJQ_TORTURE_RESTARTS=N  restarts in the default mode (default 22)
 #   PGJQ_TORTURE_LATE=S      lateness bound in seconds (default 10)
+#   PGJQ_TORTURE_PRIORITIES=N  queue tm uses only N distinct priorities
+#                            (default: up to 45 in one statement, hundreds
+#                            in all)
 
 use strict;
 use warnings;
@@ -67,6 +70,8 @@ my $seed = $ENV{PGJQ_TORTURE_SEED} // (int(time * 1000) ^ $$) % 2_000_000_000;
 my $minutes = $ENV{PGJQ_TORTURE_MINUTES};
 my $runs = $ENV{PGJQ_TORTURE_RUNS};
 my $late_bound = $ENV{PGJQ_TORTURE_LATE} // 10;
+# queue tm's priorities: as many distinct ones as it takes, or only N
+my @prio_set = map { $_ * 7 - 50 } 0 .. ($ENV{PGJQ_TORTURE_PRIORITIES} // 0) - 1;
 srand($seed);
 diag "torture seed $seed (rerun with PGJQ_TORTURE_SEED=$seed)";
 
@@ -127,9 +132,35 @@ pgjq.ring_slot_rows = $profile->{slot_rows}
 restart_after_crash = on
 max_connections = 40
 log_min_messages = warning
+log_statement = none
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION pgjq');
+
+# the clients of the run under way: stopped if the test dies
+my @all_kids;
+my $parent = $$;
+END
+{
+	if ($$ == $parent)
+	{
+		kill 'KILL', $_ for @all_kids;
+	}
+}
+
+# SQL of the test itself that may fail when the server is broken: the
+# error becomes an anomaly of the run, and the run goes on.
+my @ctl_errors;
+
+sub ctl_sql
+{
+	my ($sql, $what) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres', $sql);
+	return $out if $ret == 0;
+	$err =~ s/\n/ /g;
+	push @ctl_errors, "$what failed: $err";
+	return undef;
+}
 
 my $total_anomalies = 0;
 my @summaries;
@@ -294,10 +325,13 @@ SELECT pgjq.pause('$q{paused}');
 		die "fork failed: $!" unless defined $pid;
 		if ($pid == 0)
 		{
+			open STDOUT, '>>', "$dir/client.$idx.out" or POSIX::_exit(126);
+			open STDERR, '>&', \*STDOUT or POSIX::_exit(126);
 			my $rc = eval { client($ctx, $role, $idx); 0 } // do { print STDERR "client $role $idx: $@"; 1 };
 			POSIX::_exit($rc);
 		}
 		push @kids, { pid => $pid, role => $role };
+		push @all_kids, $pid;
 	};
 	$spawn->('producer') for 1 .. $prof->{producers};
 	$spawn->('worker') for 1 .. $prof->{workers};
@@ -353,25 +387,25 @@ SELECT pgjq.pause('$q{paused}');
 
 	# drain: producers stop, the paused queue resumes, workers complete all
 	touch("$dir/drain");
-	$node->safe_psql('postgres', "SELECT pgjq.unschedule('tick$sfx')") if $prof->{mix};
-	$node->safe_psql('postgres', "SELECT pgjq.resume('$q{paused}')");
+	ctl_sql("SELECT pgjq.unschedule('tick$sfx')", 'unschedule') if $prof->{mix};
+	ctl_sql("SELECT pgjq.resume('$q{paused}')", 'resume');
 	printf $ctl "P\t%.6f\n", time;
 	my $qlist = join ',', map { sqlq($_) } values %q;
 	my $t_drain = time;
 	my $left;
 	while (1)
 	{
-		$left = $node->safe_psql('postgres',
-			"SELECT coalesce(sum(ready + scheduled + running + waiting), 0) FROM pgjq.queue_stats WHERE queue IN ($qlist)"
-		);
+		$left = ctl_sql(
+			"SELECT coalesce(sum(ready + scheduled + running + waiting), 0) FROM pgjq.queue_stats WHERE queue IN ($qlist)",
+			'the drain\'s queue_stats') // 'unknown';
 		last if $left eq '0' || time - $t_drain > $prof->{drain_secs};
 		usleep(200_000);
 	}
 	my $drain_time = time - $t_drain;
 	diag "drain: $left jobs left after $prof->{drain_secs} s:\n"
-	  . $node->safe_psql('postgres', "SELECT * FROM pgjq.queue_stats WHERE queue IN ($qlist)")
-	  . "\n" . $node->safe_psql('postgres',
-		"SELECT pid, application_name, state, wait_event_type, wait_event, left(query, 60) FROM pg_stat_activity WHERE application_name LIKE 'torture%'")
+	  . ($node->psql('postgres', "SELECT * FROM pgjq.queue_stats WHERE queue IN ($qlist)"))[1]
+	  . "\n" . ($node->psql('postgres',
+		"SELECT pid, application_name, state, wait_event_type, wait_event, left(query, 60) FROM pg_stat_activity WHERE application_name LIKE 'torture%'"))[1]
 	  if $left ne '0';
 	touch("$dir/stop");
 	for my $k (@kids)
@@ -562,7 +596,15 @@ sub enqueue
 	$opts .= ", dedup_key => '$a{dedup}'" if $a{dedup};
 	$opts .= ", on_dependency_failure => '$a{ondep}'" if $a{ondep};
 	my $sql;
-	if ($a{many})
+	if ($a{prios})
+	{
+		# one statement, a priority each
+		$sql = sprintf(
+			q{SELECT pgjq.enqueue('%s', jsonb_build_object('m', u.m), priority => u.p%s)
+			    FROM unnest('{%s}'::text[], '{%s}'::int[]) WITH ORDINALITY u(m, p, o) ORDER BY u.o},
+			$a{queue}, $opts, join(',', @m), join(',', @{ $a{prios} }));
+	}
+	elsif ($a{many})
 	{
 		my $fks = join ',', map { defined $_ ? "'$_'" : 'NULL' } @fk;
 		$sql = sprintf("SELECT * FROM pgjq.enqueue_many('%s', ARRAY[%s]::jsonb[], fair_keys => ARRAY[%s]::text[]%s)",
@@ -578,7 +620,7 @@ sub enqueue
 	my @ids = $r[0] eq 'ok' ? @{ $r[1] } : ();
 	my @items = map { join ':', $m[$_], $fk[$_] // '-', $ids[$_] // '?' } 0 .. $n - 1;
 	led($st, 'E', sprintf('%.6f', $c->{ts}), $c->{ta} ? sprintf('%.6f', $c->{ta}) : '-',
-		status_of(\@r), $a{queue}, $delay, $a{prio} // 0, $a{maxatt} // '-', $a{dedup} // '-',
+		status_of(\@r), $a{queue}, $delay, $a{prios} ? 'each' : $a{prio} // 0, $a{maxatt} // '-', $a{dedup} // '-',
 		$a{after} ? join(',', @{ $a{after} }) : '-', $a{ondep} // '-', join(',', @items));
 	if ($r[0] eq 'ok' && $a{queue} eq $st->{ctx}{queue}{main})
 	{
@@ -627,11 +669,22 @@ sub producer_step
 		enqueue($st, queue => $q->{main}, fair => $fair, after => \@after,
 			ondep => rand() < 0.3 ? 'run' : undef, delay => rand() < 0.2 ? rand(1) : 0);
 	}
-	elsif ($r < 0.90)
+	elsif ($r < 0.84)
 	{
 		# many distinct priorities
-		enqueue($st, queue => $q->{many}, fair => $fair, prio => int(rand(401)) - 200,
+		enqueue($st, queue => $q->{many}, fair => $fair,
+			prio => @prio_set ? pick(@prio_set) : int(rand(401)) - 200,
 			delay => rand() < 0.2 ? rand(2) : 0, maxatt => rand() < 0.2 ? 2 : undef);
+	}
+	elsif ($r < 0.90)
+	{
+		# 5-45 jobs at as many distinct priorities in one statement (over
+		# 32 at once fails with 54000 while the ring bounds them)
+		my $n = 5 + int rand(41);
+		$n = @prio_set if @prio_set && $n > @prio_set;
+		my %p;
+		$p{ @prio_set ? pick(@prio_set) : int(rand(2001)) - 1000 } = 1 while keys %p < $n;
+		enqueue($st, queue => $q->{many}, n => $n, prios => [ List::Util::shuffle(sort { $a <=> $b } keys %p) ]);
 	}
 	elsif ($r < 0.96 && @{ $st->{recent} })
 	{
@@ -925,13 +978,15 @@ sub check_ledger
 	# final states
 	my @ids = sort { $a <=> $b } keys %job;
 	my %final;
+	my $no_final = 0;
 	if (@ids)
 	{
-		my $rows = $node->safe_psql('postgres',
+		my $rows = ctl_sql(
 			'SELECT u.id, j.state, j.attempt, j.max_attempts, j.queue, j.last_error FROM unnest(\'{'
 			  . join(',', @ids)
-			  . "}'::bigint[]) u(id) LEFT JOIN LATERAL pgjq.job(u.id) j ON true");
-		for (split /\n/, $rows)
+			  . "}'::bigint[]) u(id) LEFT JOIN LATERAL pgjq.job(u.id) j ON true", 'job()');
+		$no_final = !defined $rows;    # reported as such, not job by job
+		for (split /\n/, $rows // '')
 		{
 			my ($id, $state, $att, $max, $q, $err) = split /\|/, $_, 6;
 			$final{$id} = { state => $state, att => $att, max => $max, queue => $q, err => $err };
@@ -955,7 +1010,10 @@ sub check_ledger
 		my @lost_out = grep { $_->{res} eq '?' } @outs;
 		my $state = $f->{state} // '';
 		$completed_per_q{ $f->{queue} }++ if $state eq 'completed';
-		if ($state eq '')
+		if ($no_final)
+		{
+		}
+		elsif ($state eq '')
 		{
 			$anomaly->("job $id: gone (pgjq.job() finds nothing) after a committed enqueue");
 		}
@@ -986,7 +1044,7 @@ sub check_ledger
 			$anomaly->("job $id: $state after the drain (attempt $f->{att})");
 		}
 		$anomaly->("job $id: completion acknowledged at $ack_done[0]{ta}, but the job is $state")
-		  if @ack_done && $state ne 'completed';
+		  if @ack_done && $state ne 'completed' && !$no_final;
 
 		# claims: tokens, leases, run_at, completed jobs never come back
 		my $prev;
@@ -1108,9 +1166,9 @@ sub check_ledger
 	}
 
 	# queue_stats against the ledger
-	my $stats = $node->safe_psql('postgres',
+	my $stats = ctl_sql(
 		'SELECT queue, ready, scheduled, running, waiting, completed FROM pgjq.queue_stats WHERE queue IN ('
-		  . join(',', map { sqlq($_) } values %{ $ctx->{queue} }) . ')');
+		  . join(',', map { sqlq($_) } values %{ $ctx->{queue} }) . ')', 'queue_stats') // '';
 	for (split /\n/, $stats)
 	{
 		my ($qn, $ready, $sched, $running, $waiting, $completed) = split /\|/;
@@ -1122,7 +1180,8 @@ sub check_ledger
 	$anomaly->("the drain left $left jobs unfinished") if $left ne '0';
 	$anomaly->("the cron schedule fired no job in $load_time s")
 	  if $prof->{mix} && !$n{cron_jobs} && $load_time > 70;
-	$anomaly->($_) for @$verify_fail;
+	$anomaly->($_) for @$verify_fail, @ctl_errors;
+	@ctl_errors = ();
 	$anomaly->("only $nrestart restarts") if $nrestart < @{ $prof->{deck} } && !defined $minutes;
 
 	my $summary = sprintf(
