@@ -78,7 +78,7 @@ diag "torture seed $seed (rerun with PGJQ_TORTURE_SEED=$seed)";
 # What each mode runs: the load's mix, and the restarts.
 my %mixed = (
 	name => 'mixed',
-	slot_rows => 250,
+	slot_rows => 200,
 	producers => 2,
 	workers => 3,
 	paused_every => 0.5,
@@ -92,9 +92,13 @@ my %mixed = (
 		qw(pm_all backend pgjq_worker fast pm_all immediate backend pm_all
 		  pgjq_worker fast pm_all)
 	],
-	# mostly short gaps, some longer than the lateness bound: a job
-	# stranded after a restart is not rescued by the next one
-	gap => sub { rand() < 0.15 ? $late_bound + 1 + rand(2) : 1.5 + rand(3) },
+	# short gaps, some in quick succession as in finding 2, some longer
+	# than the lateness bound: a job stranded after a restart is not
+	# rescued by the next one
+	gap => sub {
+		my $r = rand;
+		return $r < 0.15 ? $late_bound + 1 + rand(2) : $r < 0.45 ? 0.3 + rand(0.4) : 1.5 + rand(3);
+	},
 	settle => 0,
 	drain_secs => 90);
 my %finding2 = (
@@ -699,7 +703,7 @@ sub producer_step
 	{
 		enqueue($st, queue => $q->{main}, fair => $fair, prio => int rand(4), many => 1, n => 3);
 	}
-	usleep(60_000 + int rand(200_000));
+	usleep(30_000 + int rand(120_000));
 }
 
 sub pauser_step
@@ -1200,6 +1204,17 @@ sub check_ledger
 	diag $summary;
 	if (@anom)
 	{
+		# by kind (numbers left out), then the first ones, all in a file
+		my %kind;
+		for (@anom)
+		{
+			(my $k = $_) =~ s/\d[\d.]*/N/g;
+			$kind{$k}++;
+		}
+		diag sprintf('%6d x %s', $kind{$_}, $_) for sort { $kind{$b} <=> $kind{$a} } keys %kind;
+		open my $af, '>', "$dir/anomalies" or die;
+		print $af "$_\n" for @anom;
+		close $af;
 		diag "anomaly: $_" for @anom[ 0 .. ($#anom < 40 ? $#anom : 40) ];
 		diag '... ' . (@anom - 41) . ' more' if @anom > 41;
 		diag "ledger kept in $dir";
