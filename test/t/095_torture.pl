@@ -1185,7 +1185,8 @@ sub check_ledger
 	$anomaly->("the drain left $left jobs unfinished") if $left ne '0';
 	$anomaly->("the cron schedule fired no job in $load_time s")
 	  if $prof->{mix} && !$n{cron_jobs} && $load_time > 70;
-	$anomaly->($_) for @$verify_fail, @ctl_errors;
+	my %seen;
+	$anomaly->($_) for @$verify_fail, grep { !$seen{$_}++ } @ctl_errors;
 	@ctl_errors = ();
 	$anomaly->("only $nrestart restarts") if $nrestart < @{ $prof->{deck} } && !defined $minutes;
 
