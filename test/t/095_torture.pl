@@ -62,9 +62,6 @@ use IPC::Open3;
 use List::Util ();
 use POSIX ();
 use Time::HiRes qw(time usleep);
-use FindBin;
-use lib "$FindBin::Bin/../perl";
-use PgjqTest;
 
 my $seed = $ENV{PGJQ_TORTURE_SEED} // (int(time * 1000) ^ $$) % 2_000_000_000;
 my $minutes = $ENV{PGJQ_TORTURE_MINUTES};
@@ -100,7 +97,7 @@ my %mixed = (
 		return $r < 0.15 ? $late_bound + 1 + rand(2) : $r < 0.45 ? 0.3 + rand(0.4) : 1.5 + rand(3);
 	},
 	settle => 0,
-	drain_secs => 90);
+	drain_secs => 60);
 my %finding2 = (
 	name => 'finding2',
 	slot_rows => 200,
