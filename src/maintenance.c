@@ -78,14 +78,11 @@ promote_chunk(int limit, TimestampTz from)
  * by the same query as its next deadline, which sees locked rows too), no
  * later than the due time any commit noted since (shmem.c: every path that
  * makes a job scheduled notes its due time at commit, and lowers the floor
- * before it sets the worker's latch: enqueue, fail, snooze, rescue, a
- * released dependency, a dedup replacement), and once every pgjq.max_sleep
- * no floor at all, so that a job no note announced (none is known) is at
- * worst that late, as for anything else the worker is not told of.  The
- * look without a floor walks the dead entries once; with one a second,
- * FR1's crash phase still read 17 million.  pgjq.promote() by hand never
- * uses a floor.
+ * before it sets the worker's latch), and once a second no floor at all,
+ * for a job that could have been missed (none is known): at worst a
+ * second late.  pgjq.promote() by hand never uses it.
  */
+#define PROMOTE_FULL_LOOK_US	USECS_PER_SEC
 
 static TimestampTz promote_floor = DT_NOBEGIN;
 static TimestampTz promote_full_at = 0;
@@ -98,7 +95,7 @@ worker_floor(void)
 
 	if (reset < promote_floor)
 		promote_floor = reset;
-	if (now - promote_full_at >= (int64) pgjq_max_sleep_ms * 1000)
+	if (now - promote_full_at >= PROMOTE_FULL_LOOK_US)
 	{
 		promote_floor = DT_NOBEGIN;
 		promote_full_at = now;
