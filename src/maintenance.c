@@ -47,60 +47,21 @@ check_not_in_recovery(void)
 }
 
 /*
- * Promote up to `limit` due jobs due at `from` or later; returns how many.
- * They move into the ring (ring.h); those it has no room for become ready
- * rows of pgjq.job, which claims move into the ring later.
+ * Promote up to `limit` due jobs; returns how many.  They move into the
+ * ring (ring.h); those it has no room for become ready rows of pgjq.job,
+ * which claims move into the ring later.
  */
 static int64
-promote_chunk(int limit, TimestampTz from)
+promote_chunk(int limit)
 {
 	int64		n;
 	TimestampTz now = GetCurrentTimestamp();
 
 	pgjq_storage_begin();
-	n = pgjq_ring_promote(now, from, limit);
-	n += pgjq_storage_promote(now, from, limit - (int) n);
+	n = pgjq_ring_promote(now, limit);
+	n += pgjq_storage_promote(now, limit - (int) n);
 	pgjq_storage_end();
 	return n;
-}
-
-/*
- * The worker's promotion floor.  Promotion takes the due scheduled jobs
- * earliest first, by job_scheduled_idx (run_at) WHERE state = 's', whose
- * first entries are those of the jobs it promoted: dead until a vacuum.
- * Index scans flag such entries and skip them afterwards, but the flags are
- * hints, lost in a crash, and after one they were not set again (and
- * autovacuum, with the statistics gone, does not know the table needs it):
- * every pass walked them all again (bench/fr1/run: 16.4 million entries in
- * its window instead of 0.63 million, the worker busy half the time, p99
- * lateness 190-375 ms instead of 40 ms).  So the worker looks from a floor:
- * the earliest run_at of a scheduled job at the end of its last pass (read
- * by the same query as its next deadline, which sees locked rows too), no
- * later than the due time any commit noted since (shmem.c: every path that
- * makes a job scheduled notes its due time at commit, and lowers the floor
- * before it sets the worker's latch), and once a second no floor at all,
- * for a job that could have been missed (none is known): at worst a
- * second late.  pgjq.promote() by hand never uses it.
- */
-#define PROMOTE_FULL_LOOK_US	USECS_PER_SEC
-
-static TimestampTz promote_floor = DT_NOBEGIN;
-static TimestampTz promote_full_at = 0;
-
-static TimestampTz
-worker_floor(void)
-{
-	TimestampTz reset = pgjq_shmem_take_floor_reset();
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (reset < promote_floor)
-		promote_floor = reset;
-	if (now - promote_full_at >= PROMOTE_FULL_LOOK_US)
-	{
-		promote_floor = DT_NOBEGIN;
-		promote_full_at = now;
-	}
-	return promote_floor;
 }
 
 /*
@@ -140,7 +101,7 @@ rescue_chunk(int limit)
 int64
 pgjq_maintenance_promote_chunk(void)
 {
-	return promote_chunk(PGJQ_MAINTENANCE_CHUNK, worker_floor());
+	return promote_chunk(PGJQ_MAINTENANCE_CHUNK);
 }
 
 int64
@@ -164,7 +125,7 @@ pgjq_maintenance_promote(void)
 	do
 	{
 		CHECK_FOR_INTERRUPTS();
-		n = promote_chunk(PGJQ_MAINTENANCE_CHUNK, DT_NOBEGIN);
+		n = promote_chunk(PGJQ_MAINTENANCE_CHUNK);
 		total += n;
 	} while (n == PGJQ_MAINTENANCE_CHUNK);
 	return total;
@@ -272,16 +233,10 @@ pgjq_maintenance_next_deadline(void)
 {
 	TimestampTz t;
 
-	TimestampTz from = worker_floor();
-	TimestampTz due;
-
 	pgjq_storage_begin();
-	due = pgjq_storage_next_deadline(from);
-	t = Min(due, pgjq_ring_next_deadline());
+	t = Min(pgjq_storage_next_deadline(), pgjq_ring_next_deadline());
 	t = Min(t, pgjq_schedule_next_slot());
 	pgjq_storage_end();
-	/* the earliest scheduled job: nothing before it is left (see above) */
-	promote_floor = Max(promote_floor, due);
 	return t;
 }
 

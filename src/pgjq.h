@@ -42,7 +42,6 @@ extern bool pgjq_shmem_ready(void);
 extern void pgjq_shmem_wake_worker(void);
 extern void pgjq_shmem_wake_worker_at(TimestampTz due);
 extern void pgjq_shmem_note_due(TimestampTz due);
-extern TimestampTz pgjq_shmem_take_floor_reset(void);
 extern void pgjq_shmem_worker_attach(Oid dboid);
 extern void pgjq_shmem_worker_plan(TimestampTz wake_at);
 extern void pgjq_shmem_stop_stray_workers(void);

@@ -118,7 +118,7 @@ extern int	pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, Timestamp
  * due jobs from pgjq.job into the ring (maintenance.c); ready rows of a
  * queue into the ring (a claim: *left, some may be left)
  */
-extern int64 pgjq_ring_promote(TimestampTz now, TimestampTz from, int limit);
+extern int64 pgjq_ring_promote(TimestampTz now, int limit);
 extern int64 pgjq_ring_promote_waiting(int n, const int64 *ids);
 extern int64 pgjq_ring_promote_ready(int32 queue_id, int limit, bool *left);
 extern void pgjq_ring_refusals(int64 *n, TimestampTz *at, const char **bound);

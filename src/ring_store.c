@@ -985,10 +985,10 @@ pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs)
  */
 static PgjqPlan plan_promote_pick = {
 	"SELECT s.id, s.xmin, s.queue_id, s.priority, s.fair_key FROM pgjq.job s"
-	" WHERE s.state = 's' AND s.run_at <= $1 AND s.run_at >= $3"
+	" WHERE s.state = 's' AND s.run_at <= $1"
 	" ORDER BY s.run_at LIMIT $2"
 	"   FOR UPDATE OF s SKIP LOCKED",
-	3, {TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID}
+	2, {TIMESTAMPTZOID, INT4OID}
 };
 static PgjqPlan plan_promote_out = {
 	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = ANY ($1) AND j.dedup_key IS NULL"
@@ -1281,9 +1281,9 @@ pgjq_ring_promote_waiting(int n, const int64 *ids)
 }
 
 int64
-pgjq_ring_promote(TimestampTz now, TimestampTz from, int limit)
+pgjq_ring_promote(TimestampTz now, int limit)
 {
-	Datum		values[3];
+	Datum		values[2];
 
 	if (ring == NULL || limit <= 0 || !ensure_ready(false))
 		return 0;
@@ -1292,7 +1292,6 @@ pgjq_ring_promote(TimestampTz now, TimestampTz from, int limit)
 		return 0;
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(limit);
-	values[2] = TimestampTzGetDatum(from);
 	pgjq_spi_run(&plan_promote_pick, values, NULL, 0);
 	return promote_picked();
 }

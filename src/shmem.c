@@ -58,9 +58,6 @@ typedef struct PgjqWorkerSlot
 	pid_t		pid;			/* the worker's process */
 	Latch	   *latch;			/* the worker's process latch */
 	pg_atomic_uint64 next_due;	/* TimestampTz of its planned wake-up */
-	pg_atomic_uint64 floor_reset;	/* TimestampTz: the earliest due time a
-									 * commit noted since the worker last
-									 * took it (DT_NOEND: none) */
 	pg_atomic_uint64 pass_end;	/* TimestampTz its last pass ended, or 0 */
 	pg_atomic_uint64 pass_us;	/* how long that pass took */
 } PgjqWorkerSlot;
@@ -127,7 +124,6 @@ startup_shmem(void)
 		for (int i = 0; i < PGJQ_MAX_DATABASES; i++)
 		{
 			pg_atomic_init_u64(&pgjq_state->slots[i].next_due, (uint64) DT_NOEND);
-			pg_atomic_init_u64(&pgjq_state->slots[i].floor_reset, (uint64) DT_NOEND);
 			pg_atomic_init_u64(&pgjq_state->slots[i].pass_end, 0);
 			pg_atomic_init_u64(&pgjq_state->slots[i].pass_us, 0);
 		}
@@ -217,42 +213,6 @@ wake_worker(TimestampTz due)
 }
 
 /*
- * A commit made a job due at `due`: lower this database's worker's promotion
- * floor to it (pgjq_shmem_take_floor_reset), before its latch is set, so
- * that the worker's next promotion looks from there (maintenance.c).  An
- * atomic minimum; without a worker, nothing (a worker starts with no floor).
- */
-static void
-lower_floor(TimestampTz due)
-{
-	for (int i = 0; i < PGJQ_MAX_DATABASES; i++)
-	{
-		PgjqWorkerSlot *slot = &pgjq_state->slots[i];
-		uint64		cur;
-
-		if (slot->dboid != MyDatabaseId)
-			continue;
-		cur = pg_atomic_read_u64(&slot->floor_reset);
-		while (due < (TimestampTz) cur &&
-			   !pg_atomic_compare_exchange_u64(&slot->floor_reset, &cur, (uint64) due))
-			;
-		break;
-	}
-}
-
-/*
- * The worker: the earliest due time commits noted since its last call
- * (DT_NOEND: none), and no more.
- */
-TimestampTz
-pgjq_shmem_take_floor_reset(void)
-{
-	if (pgjq_state == NULL || my_slot == NULL)
-		return DT_NOBEGIN;
-	return (TimestampTz) pg_atomic_exchange_u64(&my_slot->floor_reset, (uint64) DT_NOEND);
-}
-
-/*
  * The extension was created here: the launcher looks up the databases it
  * found missing (this one may be one of them) and this database's worker, if
  * one runs, looks for the extension again.  The launcher's latch is read
@@ -307,9 +267,6 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (pending_due != DT_NOEND)
 				pgjq_crash_point("commit");
-			/* the floor first, then the latch (the worker's own: the floor) */
-			if (pending_due != DT_NOEND && pgjq_state)
-				lower_floor(pending_due);
 			/* the worker itself reads the deadlines again after each pass */
 			if (pending_due != DT_NOEND && pgjq_state && my_slot == NULL)
 				wake_worker(pending_due);
@@ -442,7 +399,6 @@ pgjq_shmem_worker_attach(Oid dboid)
 	free_slot->pid = MyProcPid;
 	free_slot->latch = &MyProc->procLatch;
 	pg_atomic_write_u64(&free_slot->next_due, (uint64) DT_NOEND);
-	pg_atomic_write_u64(&free_slot->floor_reset, (uint64) DT_NOEND);
 	pg_atomic_write_u64(&free_slot->pass_end, 0);
 	pg_atomic_write_u64(&free_slot->pass_us, 0);
 	my_slot = free_slot;

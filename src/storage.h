@@ -219,8 +219,8 @@ extern int	pgjq_outcome_results(FunctionCallInfo fcinfo, int argno, Datum **valu
 								 bool **nulls);
 
 /* storage_maintenance.c */
-extern int64 pgjq_storage_promote(TimestampTz now, TimestampTz from, int limit);
-extern TimestampTz pgjq_storage_next_deadline(TimestampTz from);
+extern int64 pgjq_storage_promote(TimestampTz now, int limit);
+extern TimestampTz pgjq_storage_next_deadline(void);
 
 /* storage_verify.c: a durable invariant that does not hold (verify.c) */
 typedef struct PgjqVerifyRow

@@ -19,28 +19,27 @@
 static PgjqPlan plan_promote = {
 	"WITH p AS (UPDATE pgjq.job j SET state = 'r'"
 	"            WHERE j.id = ANY (ARRAY(SELECT id FROM pgjq.job"
-	"                                     WHERE state = 's' AND run_at <= $1 AND run_at >= $3"
+	"                                     WHERE state = 's' AND run_at <= $1"
 	"                                     ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
 	"            RETURNING j.queue_id)"
 	" SELECT queue_id, count(*)::int4 FROM p GROUP BY queue_id",
-	3, {TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID}
+	2, {TIMESTAMPTZOID, INT4OID}
 };
 
 static PgjqPlan plan_next_deadline = {
-	"SELECT min(run_at) FROM pgjq.job WHERE state = 's' AND run_at >= $1",
-	1, {TIMESTAMPTZOID}
+	"SELECT min(run_at) FROM pgjq.job WHERE state = 's'",
+	0, {InvalidOid}
 };
 
 /*
- * Make up to `limit` scheduled jobs due at `now` ready, the earliest first,
- * none due before `from` (the worker's floor: maintenance.c; DT_NOBEGIN for
- * all); returns how many.  A result below `limit` means none is left that
- * is not locked by someone else.
+ * Make up to `limit` scheduled jobs due at `now` ready, the earliest first;
+ * returns how many.  A result below `limit` means none is left that is not
+ * locked by someone else.
  */
 int64
-pgjq_storage_promote(TimestampTz now, TimestampTz from, int limit)
+pgjq_storage_promote(TimestampTz now, int limit)
 {
-	Datum		values[3] = {TimestampTzGetDatum(now), Int32GetDatum(limit), TimestampTzGetDatum(from)};
+	Datum		values[2] = {TimestampTzGetDatum(now), Int32GetDatum(limit)};
 	int64		n = 0;
 
 	pgjq_spi_run(&plan_promote, values, NULL, 0);
@@ -57,17 +56,16 @@ pgjq_storage_promote(TimestampTz now, TimestampTz from, int limit)
 }
 
 /*
- * The earliest time a scheduled job falls due, not before `from`, or
- * DT_NOEND when there is none.
+ * The earliest time a scheduled job falls due, or DT_NOEND when there is
+ * none.
  */
 TimestampTz
-pgjq_storage_next_deadline(TimestampTz from)
+pgjq_storage_next_deadline(void)
 {
 	bool		isnull;
 	Datum		d;
-	Datum		values[1] = {TimestampTzGetDatum(from)};
 
-	pgjq_spi_run(&plan_next_deadline, values, NULL, 1);
+	pgjq_spi_run(&plan_next_deadline, NULL, NULL, 1);
 	d = pgjq_spi_get(0, 1, &isnull);
 	return isnull ? DT_NOEND : DatumGetTimestampTz(d);
 }
