@@ -45,7 +45,7 @@
 #                            5% fail with retry_in 0-1 s, 5% snooze; one
 #                            job on an 8 s lease; a paused queue taking a
 #                            job every 0.2 s; 10 kill -9s 0.3-0.7 s apart)
-#   PGJQ_TORTURE_RESTARTS=N  restarts in the default mode (default 24)
+#   PGJQ_TORTURE_RESTARTS=N  restarts in the default mode (default 20)
 #   PGJQ_TORTURE_LATE=S      lateness bound in seconds (default 10)
 #   PGJQ_TORTURE_PRIORITIES=N  queue tm uses only N distinct priorities
 #                            (default: up to 45 in one statement, hundreds
@@ -117,7 +117,7 @@ my %finding2 = (
 my $profile = $runs ? \%finding2 : \%mixed;
 if (!$runs)
 {
-	my $n = $ENV{PGJQ_TORTURE_RESTARTS} // 24;
+	my $n = $ENV{PGJQ_TORTURE_RESTARTS} // 20;
 	my @base = @{ $mixed{deck} };
 	$mixed{deck} = [ map { $base[ $_ % @base ] } 0 .. $n - 1 ];
 }
