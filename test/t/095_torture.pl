@@ -390,8 +390,11 @@ SELECT pgjq.pause('$q{paused}');
 	# drain: producers stop, the paused queue resumes, workers complete all
 	touch("$dir/drain");
 	ctl_sql("SELECT pgjq.unschedule('tick$sfx')", 'unschedule') if $prof->{mix};
+	# the time the resume was sent: a claim may take the queue's jobs as soon
+	# as it commits, before psql has returned its answer
+	my $t_resume = time;
 	ctl_sql("SELECT pgjq.resume('$q{paused}')", 'resume');
-	printf $ctl "P\t%.6f\n", time;
+	printf $ctl "P\t%.6f\n", $t_resume;
 	my $qlist = join ',', map { sqlq($_) } values %q;
 	my $t_drain = time;
 	my $left;
