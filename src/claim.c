@@ -495,7 +495,7 @@ static PgjqPlan plan_ready = {
 	"       EXISTS (SELECT 1 FROM pgjq.job j WHERE j.queue_id = q.queue_id AND j.state = 'r')"
 	"  FROM pgjq.queue q"
 	" WHERE q.queue_id = ANY ($1) AND NOT q.paused",
-	1, {INT4ARRAYOID}
+	1, {INT4ARRAYOID}, NULL, true
 };
 
 /*
@@ -506,7 +506,7 @@ static PgjqPlan plan_ready_key = {
 	"SELECT priority, fair_key FROM pgjq.job"
 	" WHERE queue_id = $1 AND state = 'r' AND (priority, fair_key) >= ($2, $3)"
 	" ORDER BY queue_id, priority, fair_key LIMIT 1",
-	3, {INT4OID, INT2OID, TEXTOID}
+	3, {INT4OID, INT2OID, TEXTOID}, NULL, true
 };
 
 /* Keys at their limit that _await_ready passes over before it gives up. */

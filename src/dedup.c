@@ -53,18 +53,18 @@
 static PgjqPlan plan_holder = {
 	"SELECT id, state, enqueued_at FROM pgjq.job"
 	" WHERE queue_id = $1 AND dedup_key = $2 FOR UPDATE",
-	2, {INT4OID, TEXTOID}
+	2, {INT4OID, TEXTOID}, NULL, true
 };
 
 /* a dedup_for holder's row in pgjq.job, if it waits there, locked */
 static PgjqPlan plan_job_row = {
 	"SELECT id, state, enqueued_at FROM pgjq.job WHERE id = $1 FOR UPDATE",
-	1, {INT8OID}
+	1, {INT8OID}, NULL, true
 };
 
 static PgjqPlan plan_replace_row = {
 	"UPDATE pgjq.job SET payload = $2, run_at = $3, state = $4 WHERE id = $1",
-	4, {INT8OID, JSONBOID, TIMESTAMPTZOID, CHAROID}
+	4, {INT8OID, JSONBOID, TIMESTAMPTZOID, CHAROID}, NULL, true
 };
 
 /* the job holding a dedup_for key, locked (one whose period ended holds none) */

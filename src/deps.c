@@ -383,7 +383,7 @@ pgjq_deps_failure_arg(FunctionCallInfo fcinfo, int argno)
 static PgjqPlan plan_missing = {
 	"SELECT u.x FROM pg_catalog.unnest($1::int8[]) AS u(x)"
 	" WHERE NOT EXISTS (SELECT 1 FROM pgjq.job(u.x)) LIMIT 1",
-	1, {INT8ARRAYOID}
+	1, {INT8ARRAYOID}, NULL, true
 };
 
 static PgjqPlan plan_insert_waiting = {
@@ -401,7 +401,7 @@ static PgjqPlan plan_insert_waiting = {
 static PgjqPlan plan_insert_edges = {
 	"INSERT INTO pgjq.job_dependency (depends_on, job_id)"
 	" SELECT * FROM unnest($1::int8[], $2::int8[])",
-	2, {INT8ARRAYOID, INT8ARRAYOID}
+	2, {INT8ARRAYOID, INT8ARRAYOID}, NULL, true
 };
 
 static ArrayType *
@@ -695,7 +695,7 @@ static PgjqPlan plan_finished = {
 static PgjqPlan plan_states = {
 	"SELECT u.x, j.state FROM pg_catalog.unnest($1::int8[]) AS u(x)"
 	"  LEFT JOIN LATERAL pgjq.job(u.x) AS j ON true",
-	1, {INT8ARRAYOID}
+	1, {INT8ARRAYOID}, NULL, true
 };
 
 /* the open edges of finished targets, closed; sorted by dependent */
@@ -709,19 +709,19 @@ static PgjqPlan plan_close_edges = {
 
 static PgjqPlan plan_waiting_row = {
 	"SELECT deps_left, on_dep_failure, run_at <= $2 FROM pgjq.job WHERE id = $1 AND state = 'w' FOR UPDATE",
-	2, {INT8OID, TIMESTAMPTZOID}
+	2, {INT8OID, TIMESTAMPTZOID}, NULL, true
 };
 
 static PgjqPlan plan_deps_left = {
 	"UPDATE pgjq.job SET deps_left = $2 WHERE id = $1",
-	2, {INT8OID, INT4OID}
+	2, {INT8OID, INT4OID}, NULL, true
 };
 
 static PgjqPlan plan_release = {
 	"UPDATE pgjq.job SET state = CASE WHEN run_at <= $2 THEN 'r' ELSE 's' END,"
 	"       deps_left = NULL, on_dep_failure = NULL"
 	" WHERE id = $1 AND state = 'w' RETURNING state, queue_id, run_at",
-	2, {INT8OID, TIMESTAMPTZOID}
+	2, {INT8OID, TIMESTAMPTZOID}, NULL, true
 };
 
 /* The worker's events of this database, up to `max`; others stay queued. */

@@ -11,6 +11,7 @@
  *-------------------------------------------------------------------------
  */
 #include "pgjq.h"
+#include "spi_plans.h"
 
 #include "miscadmin.h"
 
@@ -22,6 +23,7 @@ void
 _PG_init(void)
 {
 	pgjq_guc_init();
+	pgjq_spi_plans_init();
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	pgjq_shmem_init();

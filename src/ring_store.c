@@ -988,7 +988,7 @@ static PgjqPlan plan_promote_pick = {
 	" WHERE s.state = 's' AND s.run_at <= $1"
 	" ORDER BY s.run_at LIMIT $2"
 	"   FOR UPDATE OF s SKIP LOCKED",
-	2, {TIMESTAMPTZOID, INT4OID}
+	2, {TIMESTAMPTZOID, INT4OID}, NULL, true
 };
 static PgjqPlan plan_promote_out = {
 	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = ANY ($1) AND j.dedup_key IS NULL"
@@ -1001,7 +1001,7 @@ static PgjqPlan plan_promote_out = {
 	"                      o.token, o.enqueued_at, o.payload, o.last_error, o.run_at, o.dedup_key,"
 	"                      o.timeout, o.dedup_scope)"
 	" SELECT * FROM (SELECT * FROM d UNION ALL SELECT * FROM a) x ORDER BY queue_id, run_at, id",
-	1, {INT8ARRAYOID}
+	1, {INT8ARRAYOID}, NULL, true
 };
 
 /*
@@ -1263,7 +1263,7 @@ static PgjqPlan plan_promote_waiting_pick = {
 	"SELECT j.id, j.xmin, j.queue_id, j.priority, j.fair_key FROM pgjq.job j"
 	" WHERE j.id = ANY ($1) AND j.state = 'w'"
 	" ORDER BY j.id FOR UPDATE",
-	1, {INT8ARRAYOID}
+	1, {INT8ARRAYOID}, NULL, true
 };
 
 int64
@@ -1306,7 +1306,7 @@ static PgjqPlan plan_promote_ready_pick = {
 	" WHERE j.queue_id = $1 AND j.state = 'r'"
 	" ORDER BY j.priority, j.fair_key, j.id LIMIT $2"
 	"   FOR UPDATE SKIP LOCKED",
-	2, {INT4OID, INT4OID}
+	2, {INT4OID, INT4OID}, NULL, true
 };
 
 /*
@@ -1897,7 +1897,7 @@ static PgjqPlan plan_history_one = {
 /* the dedup anchors of jobs that ended: their keys are free again */
 static PgjqPlan plan_anchors_end = {
 	"DELETE FROM pgjq.job WHERE id = ANY ($1) AND state = 'n'",
-	1, {INT8ARRAYOID}
+	1, {INT8ARRAYOID}, NULL, true
 };
 
 static void
@@ -2255,7 +2255,7 @@ pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 
 static PgjqPlan plan_queue_lease = {
 	"SELECT $2 + q.lease FROM pgjq.queue q WHERE q.queue_id = $1",
-	2, {INT4OID, TIMESTAMPTZOID}
+	2, {INT4OID, TIMESTAMPTZOID}, NULL, true
 };
 
 /*
@@ -2627,7 +2627,7 @@ static PgjqPlan plan_replace_anchor = {
 	"UPDATE pgjq.job SET state = $2, attempt = $3, token = $4, run_at = $5, payload = $6,"
 	"                    last_error = $7, timeout = $8"
 	" WHERE id = $1 AND state = 'n'",
-	8, {INT8OID, CHAROID, INT4OID, INT8OID, TIMESTAMPTZOID, JSONBOID, TEXTOID, INTERVALOID}
+	8, {INT8OID, CHAROID, INT4OID, INT8OID, TIMESTAMPTZOID, JSONBOID, TEXTOID, INTERVALOID}, NULL, true
 };
 static PgjqPlan plan_replace_insert = {
 	"INSERT INTO pgjq.job (id, queue_id, state, priority, fair_key, dedup_key, attempt,"

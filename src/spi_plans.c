@@ -13,6 +13,54 @@
  */
 #include "spi_plans.h"
 
+#include "optimizer/cost.h"
+#include "optimizer/planner.h"
+
+static planner_hook_type prev_planner_hook = NULL;
+
+/* The PgjqPlan being executed (and perhaps planned) now, or NULL. */
+static PgjqPlan *executing = NULL;
+
+static PlannedStmt *
+plan_statement(Query *parse, const char *query_string, int cursorOptions,
+			   ParamListInfo boundParams)
+{
+	PgjqPlan   *p = executing;
+	bool		seqscan = enable_seqscan;
+	bool		bitmapscan = enable_bitmapscan;
+	PlannedStmt *result;
+
+	if (p == NULL || !p->index_paths)
+		return prev_planner_hook
+			? prev_planner_hook(parse, query_string, cursorOptions, boundParams)
+			: standard_planner(parse, query_string, cursorOptions, boundParams);
+
+	/* what is planned while planning this (an inlined function) is this too */
+	enable_seqscan = false;
+	enable_bitmapscan = false;
+	PG_TRY();
+	{
+		result = prev_planner_hook
+			? prev_planner_hook(parse, query_string, cursorOptions, boundParams)
+			: standard_planner(parse, query_string, cursorOptions, boundParams);
+	}
+	PG_FINALLY();
+	{
+		enable_seqscan = seqscan;
+		enable_bitmapscan = bitmapscan;
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/* From _PG_init, in every backend that loads pgjq. */
+void
+pgjq_spi_plans_init(void)
+{
+	prev_planner_hook = planner_hook;
+	planner_hook = plan_statement;
+}
+
 static SPIPlanPtr
 prepare(PgjqPlan *plan)
 {
@@ -39,8 +87,20 @@ prepare(PgjqPlan *plan)
 static int
 run(PgjqPlan *plan, Datum *values, const char *nulls, bool read_only, long count)
 {
-	int			rc = SPI_execute_plan(prepare(plan), values, nulls, read_only, count);
+	PgjqPlan   *outer = executing;
+	int			rc;
 
+	/* the plan cache (re)plans inside SPI_execute_plan: tell the hook whose */
+	executing = plan;
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(prepare(plan), values, nulls, read_only, count);
+	}
+	PG_FINALLY();
+	{
+		executing = outer;
+	}
+	PG_END_TRY();
 	if (rc < 0)
 		elog(ERROR, "pgjq: SPI_execute_plan failed (%s) for: %s",
 			 SPI_result_code_string(rc), plan->sql);

@@ -69,14 +69,14 @@ static PgjqPlan plan_dedup_lookup = {
 	"SELECT t.ord, j.id"
 	"  FROM unnest($2::text[]) WITH ORDINALITY AS t(k, ord)"
 	"  JOIN pgjq.job j ON j.queue_id = $1 AND j.dedup_key = t.k",
-	2, {INT4OID, TEXTARRAYOID}
+	2, {INT4OID, TEXTARRAYOID}, NULL, true
 };
 
 static PgjqPlan plan_cancel_waiting = {
 	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.state IN ('s', 'r', 'w')"
 	"           RETURNING j.*) "
 	HISTORY_FROM_D("'x'", "$2", "d.last_error", "NULL"),
-	2, {INT8OID, TIMESTAMPTZOID}
+	2, {INT8OID, TIMESTAMPTZOID}, NULL, true
 };
 
 /* a waiting job whose dependency ended dead or cancelled (deps.c) */
@@ -84,7 +84,7 @@ static PgjqPlan plan_cancel_dependent = {
 	"WITH d AS (DELETE FROM pgjq.job j WHERE j.id = $1 AND j.state = 'w'"
 	"           RETURNING j.*) "
 	HISTORY_FROM_D("'x'", "$2", "$3", "NULL"),
-	3, {INT8OID, TIMESTAMPTZOID, TEXTOID}
+	3, {INT8OID, TIMESTAMPTZOID, TEXTOID}, NULL, true
 };
 
 /*
@@ -123,7 +123,7 @@ static PgjqPlan plan_retry_dead = {
 	" kept AS (INSERT INTO pgjq.job_history"
 	"       SELECT d.* FROM d WHERE NOT EXISTS (SELECT 1 FROM r WHERE r.id = d.id))"
 	" SELECT queue_id FROM r",
-	3, {INT4OID, INT8ARRAYOID, TIMESTAMPTZOID}
+	3, {INT4OID, INT8ARRAYOID, TIMESTAMPTZOID}, NULL, true
 };
 
 /*
@@ -422,7 +422,7 @@ static PgjqPlan plan_key_jobs = {
 	" UNION SELECT id FROM pgjq.ring_body_2 WHERE queue_id = $1 AND coalesce(fair_key, '') = $2"
 	" UNION SELECT id FROM pgjq.ring_body_3 WHERE queue_id = $1 AND coalesce(fair_key, '') = $2"
 	" ORDER BY 1",
-	2, {INT4OID, TEXTOID}
+	2, {INT4OID, TEXTOID}, NULL, true
 };
 
 int

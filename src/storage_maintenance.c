@@ -23,12 +23,12 @@ static PgjqPlan plan_promote = {
 	"                                     ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
 	"            RETURNING j.queue_id)"
 	" SELECT queue_id, count(*)::int4 FROM p GROUP BY queue_id",
-	2, {TIMESTAMPTZOID, INT4OID}
+	2, {TIMESTAMPTZOID, INT4OID}, NULL, true
 };
 
 static PgjqPlan plan_next_deadline = {
 	"SELECT min(run_at) FROM pgjq.job WHERE state = 's'",
-	0, {InvalidOid}
+	0, {InvalidOid}, NULL, true
 };
 
 /*

@@ -84,7 +84,7 @@ static PgjqPlan plan_set_paused = {
 
 static PgjqPlan plan_delete_jobs = {
 	"DELETE FROM pgjq.job WHERE queue_id = $1",
-	1, {INT4OID}
+	1, {INT4OID}, NULL, true
 };
 
 static PgjqPlan plan_delete_holds = {
@@ -100,7 +100,7 @@ static PgjqPlan plan_delete = {
 
 static PgjqPlan plan_purge = {
 	"DELETE FROM pgjq.job WHERE queue_id = $1 AND state IN ('s', 'r')",
-	1, {INT4OID}
+	1, {INT4OID}, NULL, true
 };
 
 void

@@ -42,7 +42,7 @@ static PgjqPlan plan_states = {
 	"  FROM pg_catalog.unnest($1) WITH ORDINALITY AS u(id, n)"
 	"  LEFT JOIN LATERAL pgjq.job(u.id) AS j ON true"
 	" ORDER BY u.n",
-	1, {INT8ARRAYOID}
+	1, {INT8ARRAYOID}, NULL, true
 };
 
 static bool
