@@ -986,10 +986,30 @@ sub check_ledger
 	my $no_final = 0;
 	if (@ids)
 	{
+		# what job(id) says, read in bulk (a soak has hundreds of thousands
+		# of ids; job() per id took minutes): pgjq.job first, then the
+		# history, the completions, and job() itself for the rest (the ring)
 		my $rows = ctl_sql(
-			'SELECT u.id, j.state, j.attempt, j.max_attempts, j.queue, j.last_error FROM unnest(\'{'
-			  . join(',', @ids)
-			  . "}'::bigint[]) u(id) LEFT JOIN LATERAL pgjq.job(u.id) j ON true", 'job()');
+			"WITH ids AS (SELECT DISTINCT x AS id FROM unnest('{"
+			  . join(',', @ids) . q{}'::bigint[]) x),
+			  found AS (
+			    SELECT 1 AS src, j.id, CASE j.state WHEN 's' THEN 'scheduled' WHEN 'w' THEN 'waiting' ELSE 'ready' END AS state,
+			           j.attempt, j.max_attempts, q.name AS queue, j.last_error
+			      FROM pgjq.job j JOIN ids USING (id) LEFT JOIN pgjq.queue q USING (queue_id) WHERE j.state <> 'n'
+			    UNION ALL
+			    SELECT 2, h.id, CASE h.state WHEN 'd' THEN 'dead' ELSE 'cancelled' END,
+			           h.attempt, h.max_attempts, q.name, h.last_error
+			      FROM pgjq.job_history h JOIN ids USING (id) LEFT JOIN pgjq.queue q USING (queue_id)
+			    UNION ALL
+			    SELECT 3, u.id, 'completed', u.attempt, NULL, q.name, NULL
+			      FROM pgjq.job_done d CROSS JOIN LATERAL unnest(d.ids, d.attempts) u(id, attempt)
+			      JOIN ids ON ids.id = u.id LEFT JOIN pgjq.queue q ON q.queue_id = d.queue_id),
+			  firsts AS (SELECT DISTINCT ON (id) * FROM found ORDER BY id, src)
+			SELECT id, state, attempt, max_attempts, queue, last_error FROM firsts
+			UNION ALL
+			SELECT u.id, j.state, j.attempt, j.max_attempts, j.queue, j.last_error
+			  FROM ids u LEFT JOIN LATERAL pgjq.job(u.id) j ON true
+			 WHERE NOT EXISTS (SELECT 1 FROM firsts f WHERE f.id = u.id)}, 'job()');
 		$no_final = !defined $rows;    # reported as such, not job by job
 		for (split /\n/, $rows // '')
 		{
