@@ -991,7 +991,7 @@ sub check_ledger
 		# history, the completions, and job() itself for the rest (the ring)
 		my $rows = ctl_sql(
 			"WITH ids AS (SELECT DISTINCT x AS id FROM unnest('{"
-			  . join(',', @ids) . q{}'::bigint[]) x),
+			  . join(',', @ids) . "}'::bigint[]) x)," . q{
 			  found AS (
 			    SELECT 1 AS src, j.id, CASE j.state WHEN 's' THEN 'scheduled' WHEN 'w' THEN 'waiting' ELSE 'ready' END AS state,
 			           j.attempt, j.max_attempts, q.name AS queue, j.last_error
