@@ -5,7 +5,7 @@ EXTENSION = pgjq
 EXTVERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" pgjq.control)
 
 MODULE_big = pgjq
-OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c src/*/*.c)))
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(filter-out sql/$(EXTENSION).sql sql/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard sql/$(EXTENSION)--*.sql))
@@ -31,7 +31,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # PGXS does not track headers: rebuild every object when one changes.
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(wildcard src/*.h src/*/*.h)
 
 sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql pgjq.control
 	cp $< $@

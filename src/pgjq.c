@@ -10,8 +10,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "pgjq.h"
-#include "spi_plans.h"
+#include "common/pgjq.h"
+#include "common/spi_plans.h"
 
 #include "miscadmin.h"
 

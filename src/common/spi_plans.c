@@ -1,0 +1,151 @@
+/*-------------------------------------------------------------------------
+ *
+ * spi_plans.c
+ *	  Prepare-once, execute-many SPI plans for the storage engine.
+ *
+ * Callers must be connected to SPI.  Plans are parsed under the search_path
+ * the SQL functions pin (pg_catalog, pg_temp) or that the background worker
+ * sets, and every relation is schema-qualified, so no caller-controlled
+ * object can be reached.  If the extension is dropped and created again the
+ * plan cache revalidates the kept plans from their SQL text.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "common/spi_plans.h"
+
+#include "optimizer/cost.h"
+#include "optimizer/planner.h"
+
+static planner_hook_type prev_planner_hook = NULL;
+
+/* The PgjqPlan being executed (and perhaps planned) now, or NULL. */
+static PgjqPlan *executing = NULL;
+
+static PlannedStmt *
+plan_statement(Query *parse, const char *query_string, int cursorOptions,
+			   ParamListInfo boundParams)
+{
+	PgjqPlan   *p = executing;
+	bool		seqscan = enable_seqscan;
+	bool		bitmapscan = enable_bitmapscan;
+	PlannedStmt *result;
+
+	if (p == NULL || !p->index_paths)
+		return prev_planner_hook
+			? prev_planner_hook(parse, query_string, cursorOptions, boundParams)
+			: standard_planner(parse, query_string, cursorOptions, boundParams);
+
+	/* what is planned while planning this (an inlined function) is this too */
+	enable_seqscan = false;
+	enable_bitmapscan = false;
+	PG_TRY();
+	{
+		result = prev_planner_hook
+			? prev_planner_hook(parse, query_string, cursorOptions, boundParams)
+			: standard_planner(parse, query_string, cursorOptions, boundParams);
+	}
+	PG_FINALLY();
+	{
+		enable_seqscan = seqscan;
+		enable_bitmapscan = bitmapscan;
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/* From _PG_init, in every backend that loads pgjq. */
+void
+pgjq_spi_plans_init(void)
+{
+	prev_planner_hook = planner_hook;
+	planner_hook = plan_statement;
+}
+
+static SPIPlanPtr
+prepare(PgjqPlan *plan)
+{
+	if (plan->plan == NULL)
+	{
+		/*
+		 * Always the generic plan: the statements are written to walk the
+		 * right index whatever the values, and a custom plan would be
+		 * replanned on every call (planning was 12% of a claim's time).
+		 */
+		SPIPlanPtr	p = SPI_prepare_cursor(plan->sql, plan->nargs, plan->argtypes,
+										   CURSOR_OPT_GENERIC_PLAN);
+
+		if (p == NULL)
+			elog(ERROR, "pgjq: SPI_prepare failed (%s) for: %s",
+				 SPI_result_code_string(SPI_result), plan->sql);
+		if (SPI_keepplan(p) != 0)
+			elog(ERROR, "pgjq: SPI_keepplan failed");
+		plan->plan = p;
+	}
+	return plan->plan;
+}
+
+static int
+run(PgjqPlan *plan, Datum *values, const char *nulls, bool read_only, long count)
+{
+	PgjqPlan   *outer = executing;
+	int			rc;
+
+	/* the plan cache (re)plans inside SPI_execute_plan: tell the hook whose */
+	executing = plan;
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(prepare(plan), values, nulls, read_only, count);
+	}
+	PG_FINALLY();
+	{
+		executing = outer;
+	}
+	PG_END_TRY();
+	if (rc < 0)
+		elog(ERROR, "pgjq: SPI_execute_plan failed (%s) for: %s",
+			 SPI_result_code_string(rc), plan->sql);
+	return rc;
+}
+
+/*
+ * Execute a plan; returns the SPI result code.  SPI_processed and
+ * SPI_tuptable hold the rows.  Always in SPI's read-write mode, even for
+ * reads: that mode takes a fresh snapshot per statement under READ COMMITTED,
+ * which the protocols here rely on (the dedup lookup after ON CONFLICT, the
+ * queue lookup after its lock) to see what committed meanwhile.
+ */
+int
+pgjq_spi_run(PgjqPlan *plan, Datum *values, const char *nulls, long count)
+{
+	return run(plan, values, nulls, false, count);
+}
+
+/* Column col (1-based) of result row `row` of the last execution. */
+Datum
+pgjq_spi_get(int row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+int64
+pgjq_spi_get_int64(int row, int col)
+{
+	bool		isnull;
+	Datum		d = pgjq_spi_get(row, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+/*
+ * Run a utility statement built by the caller from trusted parts only
+ * (partition names and bounds derived from integers).
+ */
+void
+pgjq_spi_exec_utility(const char *sql)
+{
+	int			rc = SPI_execute(sql, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "pgjq: SPI_execute failed (%s) for: %s",
+			 SPI_result_code_string(rc), sql);
+}
