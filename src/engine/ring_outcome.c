@@ -89,7 +89,7 @@ flight_settled(int64 id, int64 token, TransactionId xid)
  */
 int
 ring_close_claims(int n, const int64 *ids, const int64 *toks, bool *found, bool *ok,
-			 RingFlight *fl, TimestampTz lease_before)
+				  RingFlight *fl, TimestampTz lease_before)
 {
 	TransactionId xid = GetTopTransactionId();
 	int			nok = 0;
@@ -210,7 +210,7 @@ static PgjqPlan plan_history_one = {
 
 void
 ring_history_one(const BodyRow *b, char state, int32 attempt, int64 token, const char *worker,
-			Datum last_error, TimestampTz now)
+				 Datum last_error, TimestampTz now)
 {
 	Datum		values[15];
 	char		nulls[16] = "               ";
@@ -265,6 +265,150 @@ left_running(const RingFlight *f)
 		pgjq_left_running_hook(f->queue_id, NULL, ring_limits_hash(f->lane->key.keyhash), 1);
 }
 
+/*
+ * The closed claims of a completion made durable: one 'd' log row per
+ * distinct token, then the dedup anchors of the completed jobs ended (a
+ * cancelled one's goes with its history row, complete_cancelled).
+ */
+static void
+complete_log(int n, const int64 *idv, const int64 *tokv, const bool *ok, int nok,
+			 const RingFlight *fl, TimestampTz now)
+{
+	int64	   *cid = palloc(sizeof(int64) * nok);
+	int64	   *ctok = palloc(sizeof(int64) * nok);
+	int			m = 0;
+
+	for (int i = 0; i < n; i++)
+		if (ok[i])
+		{
+			cid[m] = idv[i];
+			ctok[m] = tokv[i];
+			m++;
+		}
+	ring_log_closes('d', now, nok, cid, ctok);
+
+	/* the anchors of completed jobs with a dedup_key (cancelled: below) */
+	m = 0;
+	for (int i = 0; i < n; i++)
+		if (ok[i] && fl[i].anchored && !fl[i].cancel_requested)
+			cid[m++] = idv[i];
+	ring_anchors_end(m, cid);
+}
+
+/*
+ * a job whose cancellation was requested ends as cancelled, and does not
+ * count as completed (as in pgjq.job); returns how many (ok[i] cleared)
+ */
+static int
+complete_cancelled(int n, bool *ok, const RingFlight *fl, TimestampTz now)
+{
+	int			ncancelled = 0;
+
+	for (int i = 0; i < n; i++)
+		if (ok[i] && fl[i].cancel_requested)
+		{
+			BodyRow		b;
+			char	   *worker;
+
+			ring_closed_body(&fl[i], &b, &worker);
+			ring_history_one(&b, PGJQ_FINISHED_CANCELLED, b.attempt, fl[i].token, worker,
+							 b.last_error, now);
+			left_running(&fl[i]);
+			ok[i] = false;
+			ncancelled++;
+		}
+	return ncancelled;
+}
+
+/*
+ * The history of the completed jobs of one queue, those of fl[first]'s
+ * (ok[j] cleared for each): one job_done row, the waiters told, the
+ * jobs-finished hook, and limits.c's running counts per key.
+ *
+ * results ($8) is NULL when the call gave none for the queue's jobs: no byte
+ */
+static void
+complete_queue_done(int first, int n, const int64 *idv, bool *ok, const RingFlight *fl,
+					const Datum *results, const bool *result_nulls, TimestampTz now)
+{
+	Datum	   *di,
+			   *da,
+			   *de,
+			   *dr;
+	bool	   *drn;
+	bool		any_result = false;
+	int			c = 0;
+	int32		qid = fl[first].queue_id;
+	int64		lo = PG_INT64_MAX,
+				hi = PG_INT64_MIN;
+	Datum		values[PGJQ_DONE_NATTS];
+	bool		nulls[PGJQ_DONE_NATTS] = {false};
+	uint64	   *kh;
+
+	di = palloc(sizeof(Datum) * n);
+	da = palloc(sizeof(Datum) * n);
+	de = palloc(sizeof(Datum) * n);
+	dr = palloc(sizeof(Datum) * n);
+	drn = palloc(sizeof(bool) * n);
+	kh = palloc(sizeof(uint64) * n);
+	for (int j = first; j < n; j++)
+		if (ok[j] && fl[j].queue_id == qid)
+		{
+			/* the lane lives while its running count holds this job */
+			kh[c] = ring_limits_hash(fl[j].lane->key.keyhash);
+			di[c] = Int64GetDatum(idv[j]);
+			da[c] = Int32GetDatum(fl[j].attempt);
+			de[c] = TimestampTzGetDatum(fl[j].enqueued_at);
+			drn[c] = results == NULL || result_nulls[j];
+			dr[c] = drn[c] ? (Datum) 0 : results[j];
+			any_result |= !drn[c];
+			lo = Min(lo, idv[j]);
+			hi = Max(hi, idv[j]);
+			ok[j] = false;
+			c++;
+		}
+	values[0] = Int32GetDatum(qid);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = Int64GetDatum(lo);
+	values[3] = Int64GetDatum(hi);
+	values[4] = PointerGetDatum(construct_array(di, c, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[5] = PointerGetDatum(construct_array(da, c, INT4OID, 4, true, TYPALIGN_INT));
+	values[6] = PointerGetDatum(construct_array(de, c, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	if (any_result)
+	{
+		int			dims[1] = {c};
+		int			lbs[1] = {1};
+
+		values[7] = PointerGetDatum(construct_md_array(dr, drn, 1, dims, lbs, JSONBOID, -1,
+													   false, TYPALIGN_INT));
+	}
+	else
+		nulls[7] = true;
+	pgjq_history_insert_done(values, nulls);
+	for (int k = 0; k < c; k++)
+		pgjq_wait_note_finished(DatumGetInt64(di[k]), PGJQ_FINISHED_COMPLETED);
+	if (pgjq_jobs_finished_hook)
+		pgjq_jobs_finished_hook(qid, PGJQ_FINISHED_COMPLETED, c);
+
+	/* limits.c counted them at their claim: per key, for key limits */
+	if (pgjq_left_running_hook)
+	{
+		qsort(kh, c, sizeof(uint64), u64_cmp);
+		for (int a = 0, b; a < c; a = b)
+		{
+			for (b = a + 1; b < c && kh[b] == kh[a]; b++)
+				;
+			pgjq_left_running_hook(qid, NULL, kh[a], b - a);
+		}
+	}
+}
+
+/*
+ * Complete (ids[i], tokens[i]) with results[i]: the claims closed, one 'd'
+ * log row per token, and the history; returns how many completed (a pair
+ * not in flight is stale, one whose cancellation was requested ends as
+ * cancelled).
+ */
 int64
 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 				   const bool *result_nulls, TimestampTz now)
@@ -274,10 +418,7 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 	int64	   *tokv = palloc(sizeof(int64) * n);
 	bool	   *ok = palloc(sizeof(bool) * n);
 	RingFlight *fl = palloc(sizeof(RingFlight) * n);
-	int64	   *cid,
-			   *ctok;
 	int			nok;
-	int			m = 0;
 
 	if (ring == NULL)
 	{
@@ -300,120 +441,14 @@ pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
 	nok = ring_close_claims(n, idv, tokv, found, ok, fl, 0);
 	if (nok == 0)
 		return 0;
-	cid = palloc(sizeof(int64) * nok);
-	ctok = palloc(sizeof(int64) * nok);
-	for (int i = 0; i < n; i++)
-		if (ok[i])
-		{
-			cid[m] = idv[i];
-			ctok[m] = tokv[i];
-			m++;
-		}
-	ring_log_closes('d', now, nok, cid, ctok);
-
-	/* the anchors of completed jobs with a dedup_key (cancelled: below) */
-	m = 0;
-	for (int i = 0; i < n; i++)
-		if (ok[i] && fl[i].anchored && !fl[i].cancel_requested)
-			cid[m++] = idv[i];
-	ring_anchors_end(m, cid);
-
-	/*
-	 * a job whose cancellation was requested ends as cancelled, and does not
-	 * count as completed (as in pgjq.job)
-	 */
-	for (int i = 0; i < n; i++)
-		if (ok[i] && fl[i].cancel_requested)
-		{
-			BodyRow		b;
-			char	   *worker;
-
-			ring_closed_body(&fl[i], &b, &worker);
-			ring_history_one(&b, PGJQ_FINISHED_CANCELLED, b.attempt, fl[i].token, worker,
-						b.last_error, now);
-			left_running(&fl[i]);
-			ok[i] = false;
-			nok--;
-		}
+	complete_log(n, idv, tokv, ok, nok, fl, now);
+	nok -= complete_cancelled(n, ok, fl, now);
 
 	/* the history: one job_done row per queue */
 	pgjq_history_ensure(now);
 	for (int i = 0; i < n; i++)
-	{
-		Datum	   *di,
-				   *da,
-				   *de,
-				   *dr;
-		bool	   *drn;
-		bool		any_result = false;
-		int			c = 0;
-		int32		qid;
-		int64		lo = PG_INT64_MAX,
-					hi = PG_INT64_MIN;
-		Datum		values[PGJQ_DONE_NATTS];
-		bool		nulls[PGJQ_DONE_NATTS] = {false};
-		uint64	   *kh;
-
-		if (!ok[i])
-			continue;
-		qid = fl[i].queue_id;
-		di = palloc(sizeof(Datum) * n);
-		da = palloc(sizeof(Datum) * n);
-		de = palloc(sizeof(Datum) * n);
-		dr = palloc(sizeof(Datum) * n);
-		drn = palloc(sizeof(bool) * n);
-		kh = palloc(sizeof(uint64) * n);
-		for (int j = i; j < n; j++)
-			if (ok[j] && fl[j].queue_id == qid)
-			{
-				/* the lane lives while its running count holds this job */
-				kh[c] = ring_limits_hash(fl[j].lane->key.keyhash);
-				di[c] = Int64GetDatum(idv[j]);
-				da[c] = Int32GetDatum(fl[j].attempt);
-				de[c] = TimestampTzGetDatum(fl[j].enqueued_at);
-				drn[c] = results == NULL || result_nulls[j];
-				dr[c] = drn[c] ? (Datum) 0 : results[j];
-				any_result |= !drn[c];
-				lo = Min(lo, idv[j]);
-				hi = Max(hi, idv[j]);
-				ok[j] = false;
-				c++;
-			}
-		values[0] = Int32GetDatum(qid);
-		values[1] = TimestampTzGetDatum(now);
-		values[2] = Int64GetDatum(lo);
-		values[3] = Int64GetDatum(hi);
-		values[4] = PointerGetDatum(construct_array(di, c, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		values[5] = PointerGetDatum(construct_array(da, c, INT4OID, 4, true, TYPALIGN_INT));
-		values[6] = PointerGetDatum(construct_array(de, c, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		if (any_result)
-		{
-			int			dims[1] = {c};
-			int			lbs[1] = {1};
-
-			values[7] = PointerGetDatum(construct_md_array(dr, drn, 1, dims, lbs, JSONBOID, -1,
-														   false, TYPALIGN_INT));
-		}
-		else
-			nulls[7] = true;
-		pgjq_history_insert_done(values, nulls);
-		for (int k = 0; k < c; k++)
-			pgjq_wait_note_finished(DatumGetInt64(di[k]), PGJQ_FINISHED_COMPLETED);
-		if (pgjq_jobs_finished_hook)
-			pgjq_jobs_finished_hook(qid, PGJQ_FINISHED_COMPLETED, c);
-
-		/* limits.c counted them at their claim: per key, for key limits */
-		if (pgjq_left_running_hook)
-		{
-			qsort(kh, c, sizeof(uint64), u64_cmp);
-			for (int a = 0, b; a < c; a = b)
-			{
-				for (b = a + 1; b < c && kh[b] == kh[a]; b++)
-					;
-				pgjq_left_running_hook(qid, NULL, kh[a], b - a);
-			}
-		}
-	}
+		if (ok[i])
+			complete_queue_done(i, n, idv, ok, fl, results, result_nulls, now);
 	/* last: the slot's lock is not held while this waits for anyone */
 	ring_client_truncate();
 	return nok;

@@ -132,7 +132,7 @@ ring_ensure_ready(bool must)
 		if (!OidIsValid(pgjq_relation("ring_body_0")))
 		{
 			if (must)
-				ring_lookup_oids();	/* raises */
+				ring_lookup_oids(); /* raises */
 			return false;
 		}
 		ring_lookup_oids();

@@ -350,8 +350,8 @@ relocate(int limit)
 			}
 		/* one claim call, one worker: its first job's claim row names it */
 		ring_log_append_to(s, st[i].token, st[i].lease_until, 'c', ids, m,
-					  ring_claim_worker(st[i].claim_slot, &st[i].claim_tid, st[i].token),
-					  st[i].deadline, &ctid);
+						   ring_claim_worker(st[i].claim_slot, &st[i].claim_tid, st[i].token),
+						   st[i].deadline, &ctid);
 		for (int j = i; j < n; j++)
 			if (st[j].token == st[i].token && st[j].lease_until == st[i].lease_until &&
 				st[j].deadline == st[i].deadline)

@@ -55,7 +55,7 @@
  */
 bool
 ring_standby_job(int64 id, char *state, TimestampTz *lease, char **worker, bool *cancel,
-			BodyRow *b)
+				 BodyRow *b)
 {
 	int			slot;
 	ItemPointerData tid;

@@ -61,7 +61,7 @@ Oid			ring_cached_db = InvalidOid;
 Oid			ring_body_oid[RING_NSLOTS];
 Oid			ring_log_oid[RING_NSLOTS];
 Oid			ring_jobseq_oid;
-static Oid tokseq_oid;
+static Oid	tokseq_oid;
 
 void
 ring_lookup_oids(void)
@@ -84,6 +84,7 @@ ring_lookup_oids(void)
 	tokseq_oid = pgjq_relation("token_seq");
 	ring_cached_db = MyDatabaseId;
 }
+
 /* ---------------------------------------------------------------------
  * slots
  * --------------------------------------------------------------------- */
@@ -357,7 +358,7 @@ ring_int8_array(const int64 *v, int n)
  */
 void
 ring_log_append_to(int s, int64 token, TimestampTz at, char kind, const int64 *ids, int n,
-			  const char *worker, TimestampTz deadline, ItemPointer tid)
+				   const char *worker, TimestampTz deadline, ItemPointer tid)
 {
 	Relation	rel = table_open(ring_log_oid[s], RowExclusiveLock);
 	Datum		values[L_NATTS];
