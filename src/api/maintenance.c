@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * maintenance.c
- *	  promote(), rescue(), prune() and maintain(): SQL-callable, and the
- *	  steps the background worker schedules (bgworker.c only decides when).
+ *	  promote(), rescue(), prune(), maintain() and _ring_reclaim():
+ *	  SQL-callable, and the steps the background worker schedules (bgworker.c
+ *	  only decides when).
  *
  * Each pgjq_maintenance_* function runs inside the caller's transaction and
  * connects to SPI itself.  The SQL functions work through the whole backlog
@@ -31,6 +32,7 @@ PG_FUNCTION_INFO_V1(pgjq_promote);
 PG_FUNCTION_INFO_V1(pgjq_rescue);
 PG_FUNCTION_INFO_V1(pgjq_prune);
 PG_FUNCTION_INFO_V1(pgjq_maintain);
+PG_FUNCTION_INFO_V1(pgjq_ring_reclaim_sql);
 
 #define DEDUP_PRUNE_CHUNK 10000
 
@@ -225,6 +227,25 @@ int64
 pgjq_maintenance_ring_reclaim_chunk(void)
 {
 	return pgjq_maintenance_ring_reclaim(PGJQ_MAINTENANCE_CHUNK);
+}
+
+/* pgjq._ring_reclaim(max_jobs) */
+Datum
+pgjq_ring_reclaim_sql(PG_FUNCTION_ARGS)
+{
+	int32		max_jobs = PG_GETARG_INT32(0);
+
+	if (max_jobs < 1 || max_jobs > PGJQ_RING_RECLAIM_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_jobs must be between 1 and %d", PGJQ_RING_RECLAIM_MAX)));
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("pgjq maintenance cannot run during recovery"),
+				 errhint("The background worker of the primary runs it.")));
+	pgjq_ring_require();
+	PG_RETURN_INT64(pgjq_maintenance_ring_reclaim(max_jobs));
 }
 
 /* When the worker must look again: the next due job or lease expiry. */

@@ -38,28 +38,6 @@ PG_FUNCTION_INFO_V1(pgjq_retry_dead);
 #define MAX_DELAY_US (10 * USECS_PER_YEAR)
 
 /*
- * Decide the outcome of a failed attempt of a running job (fail, the failed
- * outcomes of complete_and_claim, and rescue): cancelled if its cancellation
- * was requested, dead when its attempts are spent, else a retry at *run_at,
- * after retry_in_us (or the queue's backoff when negative).  Returns the
- * final state character, or 's' for a retry.  Only the decision: the engine
- * applies it under its own fencing (pgjq_ring_fail).
- */
-char
-pgjq_outcome_decide(const PgjqRunningJob *job, int64 retry_in_us, TimestampTz now,
-					TimestampTz *run_at)
-{
-	if (job->cancel_requested)
-		return PGJQ_FINISHED_CANCELLED;
-	if (job->attempt >= job->max_attempts)
-		return PGJQ_FINISHED_DEAD;
-	if (retry_in_us < 0)
-		retry_in_us = pgjq_backoff_us(job->backoff_base_us, job->backoff_max_us, job->attempt);
-	*run_at = now + retry_in_us;
-	return 's';
-}
-
-/*
  * Fail (id, token) in the ring; a retry's run_at is noted for the worker,
  * which promotes it on time (it may plan to sleep past it).  Returns the
  * outcome: 's' a retry, a final state, or 0 when stale.

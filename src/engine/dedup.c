@@ -10,7 +10,7 @@
  *
  *	 'unfinished' (the default): until the job ends, by the unique index of
  *		pgjq.job (the job's own row while it waits there, its anchor row 'n'
- *		while it is in the ring; ring_store.c).
+ *		while it is in the ring; ring_enqueue.c).
  *	 'waiting': the same, but only until the job is claimed: the claim
  *		deletes the anchor (the body says so, dedup_scope 'w'), so a new job
  *		may be enqueued while one runs.  A retry of a job that was claimed
@@ -27,7 +27,7 @@
  * cannot postpone it forever.  A holder that runs (or, for dedup_for, has
  * ended) is left as it is.  A ready ring job cannot be changed in place:
  * it is taken out of its lane as cancel takes it, and its next version
- * waits in pgjq.job (ring_store.c, pgjq_ring_replace_ready).
+ * waits in pgjq.job (ring_take.c, pgjq_ring_replace_ready).
  *
  * Races: replace and dedup_for go position by position.  The holder is found
  * and locked first (its pgjq.job row, or its dedup_period row), so two

@@ -22,7 +22,8 @@
  * up to a batch of them into the ring first.
  *
  * ring_shmem.c owns the shared state and the transaction callbacks;
- * ring_store.c the tables, the rebuild and the operations below.
+ * the ring_*.c files of src/engine (ring_store_internal.h) the tables, the
+ * rebuild and the operations below.
  *
  *-------------------------------------------------------------------------
  */
@@ -58,7 +59,7 @@ extern void pgjq_ring_require(void);
  */
 extern bool pgjq_ring_has_room(int n);
 
-/* ring_store.c: the engine's operations, between pgjq_storage_begin/end */
+/* ring_*.c: the engine's operations, between pgjq_storage_begin/end */
 extern void pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs);
 extern int	pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 							const char *worker, PgjqClaimQuota *quota, int64 *token,

@@ -203,8 +203,6 @@ extern int	pgjq_storage_key_jobs(int32 queue_id, const char *fair_key, int64 **i
 extern int64 pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz now);
 
 /* outcome.c: the outcome of a failed attempt (fail, rescue), and applying it */
-extern char pgjq_outcome_decide(const PgjqRunningJob *job, int64 retry_in_us, TimestampTz now,
-								TimestampTz *run_at);
 extern char pgjq_outcome_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
 							  TimestampTz now);
 extern char pgjq_outcome_rescue_ring(int64 id, int64 token, TimestampTz now);

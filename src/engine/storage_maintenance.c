@@ -7,7 +7,7 @@
  * Promotion locks the rows it changes with SKIP LOCKED, so it never waits;
  * a row skipped now is taken on the next pass.  It works in chunks of a
  * caller-given size: the background worker commits each chunk in its own
- * transaction (maintenance.c).  Leases are the ring's (ring_store.c).
+ * transaction (maintenance.c).  Leases are the ring's (ring_outcome.c).
  *
  *-------------------------------------------------------------------------
  */

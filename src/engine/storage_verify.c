@@ -5,7 +5,7 @@
  *
  * One read-only query; each row is a disagreement (area, object, what was
  * expected, what was found).  The ring's checks against shared memory are
- * ring_store.c's (pgjq_ring_verify).
+ * ring_verify.c's (pgjq_ring_verify).
  *
  *-------------------------------------------------------------------------
  */
@@ -16,7 +16,7 @@
 #include "utils/builtins.h"
 
 static PgjqPlan plan_verify = {
-	/* a dedup anchor holds a key (the ring's side: ring_store.c) */
+	/* a dedup anchor holds a key (the ring's side: ring_verify.c) */
 	"SELECT 'jobs', 'job ' || j.id, 'a dedup anchor with a dedup_key', 'an anchor without one'"
 	"  FROM pgjq.job j WHERE j.state = 'n' AND j.dedup_key IS NULL"
 	/* every job's queue exists */
