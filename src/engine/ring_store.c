@@ -32,9 +32,15 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "engine/ring.h"
 #include "state/ring_internal.h"
 #include "engine/storage_internal.h"
 #include "state/limits.h"
+#include "state/wait.h"
+#include "state/worker_slots.h"
+#include "common/args.h"
+#include "api/maintenance.h"
+#include "api/outcome.h"
 
 #include "access/genam.h"
 #include "access/heapam.h"
@@ -302,10 +308,10 @@ slot_for_write(int appending)
 
 	/*
 	 * Every transaction that writes to a slot before one of its 'g' rows has
-	 * committed writes one too, so no committed row of the slot is without
-	 * a committed 'g' row of the slot's generation (once per slot and turn,
-	 * a handful of rows at most).  The slot cannot be truncated meanwhile:
-	 * this transaction is one of its writers.
+	 * committed writes one too, so no committed row of the slot is without a
+	 * committed 'g' row of the slot's generation (once per slot and turn, a
+	 * handful of rows at most).  The slot cannot be truncated meanwhile: this
+	 * transaction is one of its writers.
 	 */
 	if (mark != 0)
 	{
@@ -3788,7 +3794,8 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 	bool		ready = false,
 				running = false;
 	TimestampTz lease = 0;
-	Datum		values[18];		/* pgjq.job_info; result (16) and waiting_for (17) stay NULL */
+	Datum		values[18];		/* pgjq.job_info; result (16) and waiting_for
+								 * (17) stay NULL */
 	bool		nulls[18];
 	char	   *qname = NULL;
 	char	   *worker = NULL;
