@@ -1,31 +1,170 @@
 /*-------------------------------------------------------------------------
  *
  * pgjq.c
- *	  Module entry point: a thin _PG_init that calls each module's init.
+ *	  Module entry point: _PG_init, which calls each module's init, and the
+ *	  wiring of the layers that only the top may do.
  *
  * Loaded through shared_preload_libraries, pgjq reserves shared memory and
  * registers its background worker launcher; loaded on demand (first call of a
  * pgjq function), it only defines its settings and everything that does not
  * need shared memory works.
  *
+ * The layers call down only (test/layers-check): where a lower layer must
+ * reach a higher one, it declares a hook and this file sets it.
+ *  - Shared memory: the shmem_request and shmem_startup hooks here ask each
+ *    module for its size and attach it (worker slots, limit counters,
+ *    waiters, metrics, the ring, dependencies), in that order, under
+ *    AddinShmemInitLock.  Named LWLock tranche "pgjq": 0 worker slots,
+ *    1 limit counters, 2 waiters, 3 metrics, 4 ring, 5 dependencies.
+ *  - The engine's events (engine.h): limits.c follows left_running and the
+ *    begin of a call, wait.c and the ring follow became_ready, metrics.c
+ *    (which registers itself, in the api layer) all of them.  Each hook
+ *    calls the one registered before it first, so the order of
+ *    registration below is the order they run in: limits.c before
+ *    metrics.c, wait.c before the ring.
+ *  - What state needs from above: limits.c the ring's running keys
+ *    (engine) and the ring's keys freed (state/ring_shmem.c, below it in no
+ *    order of files), wait.c the dependency tracking (engine/deps.c).
+ *
  *-------------------------------------------------------------------------
  */
-#include "common/pgjq.h"
+#include "api/metrics.h"
+#include "common/guc.h"
 #include "common/spi_plans.h"
+#include "engine/deps.h"
+#include "engine/ring.h"
+#include "state/key_rate.h"
+#include "state/limits.h"
+#include "state/ring_shmem.h"
+#include "state/wait.h"
+#include "state/worker_slots.h"
+#include "worker/bgworker.h"
 
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
 
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
+
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+#if PG_VERSION_NUM >= 150000
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+static PgjqLeftRunningHook prev_left_running_hook = NULL;
+static PgjqStorageBeginHook prev_storage_begin_hook = NULL;
+static PgjqBecameReadyHook prev_became_ready_wait_hook = NULL;
+static PgjqBecameReadyHook prev_became_ready_ring_hook = NULL;
+
+static void
+request_shmem(void)
+{
+#if PG_VERSION_NUM >= 150000
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	RequestAddinShmemSpace(add_size(add_size(add_size(pgjq_worker_slots_shmem_size(),
+													  pgjq_metrics_shmem_size()),
+											 add_size(pgjq_limits_shmem_size(),
+													  pgjq_wait_shmem_size())),
+									add_size(pgjq_ring_shmem_size(), pgjq_deps_shmem_size())));
+
+	/*
+	 * 0: worker slots, 1: limit counters, 2: waiters, 3: metrics, 4: ring, 5:
+	 * dependencies
+	 */
+	RequestNamedLWLockTranche("pgjq", 6);
+}
+
+static void
+startup_shmem(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	found = pgjq_worker_slots_shmem_init();
+	pgjq_limits_shmem_init(found);
+	pgjq_wait_shmem_init(found);
+	pgjq_metrics_shmem_init(found);
+	pgjq_ring_shmem_init(found);
+	pgjq_deps_shmem_init(found);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* the engine's hooks, for the state layer (see the file header) */
+static void
+limits_left_running(int32 queue_id, const char *fair_key, uint64 keyhash, int n)
+{
+	if (prev_left_running_hook)
+		prev_left_running_hook(queue_id, fair_key, keyhash, n);
+	pgjq_limits_left_running(queue_id, fair_key, keyhash, n);
+}
+
+static void
+limits_storage_begin(void)
+{
+	if (prev_storage_begin_hook)
+		prev_storage_begin_hook();
+	pgjq_limits_storage_begin();
+}
+
+static void
+wait_became_ready(int32 queue_id, int n)
+{
+	if (prev_became_ready_wait_hook)
+		prev_became_ready_wait_hook(queue_id, n);
+	pgjq_wait_note_ready(queue_id, n);
+}
+
+static void
+ring_became_ready(int32 queue_id, int n)
+{
+	if (prev_became_ready_ring_hook)
+		prev_became_ready_ring_hook(queue_id, n);
+	pgjq_ring_became_ready(queue_id, n);
+}
+
+/* While shared_preload_libraries is processed: shared memory and hooks. */
+static void
+preload_init(void)
+{
+#if PG_VERSION_NUM >= 150000
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = request_shmem;
+#else
+	request_shmem();
+#endif
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = startup_shmem;
+	prev_left_running_hook = pgjq_left_running_hook;
+	pgjq_left_running_hook = limits_left_running;
+	prev_storage_begin_hook = pgjq_storage_begin_hook;
+	pgjq_storage_begin_hook = limits_storage_begin;
+	prev_became_ready_wait_hook = pgjq_became_ready_hook;
+	pgjq_became_ready_hook = wait_became_ready;
+	pgjq_metrics_startup();
+	pgjq_ring_startup();
+	prev_became_ready_ring_hook = pgjq_became_ready_hook;
+	pgjq_became_ready_hook = ring_became_ready;
+	pgjq_deps_startup();
+}
 
 void
 _PG_init(void)
 {
 	pgjq_guc_init();
 	pgjq_spi_plans_init();
+	/* what the state layer calls above it (see the file header) */
+	pgjq_limits_running_keys_hook = pgjq_ring_running_keys;
+	pgjq_limits_keys_freed_hook = pgjq_ring_keys_freed;
+	pgjq_wait_finished_hook = pgjq_deps_note_finished;
 	if (!process_shared_preload_libraries_in_progress)
 		return;
-	pgjq_shmem_init();
+	preload_init();
 	pgjq_bgworker_init();
 }

@@ -28,6 +28,12 @@
 #include "api/metrics.h"
 #include "engine/ring.h"
 #include "common/spi_plans.h"
+#include "api/outcome.h"
+#include "common/guc.h"
+#include "engine/engine.h"
+#include "state/ring_holds.h"
+#include "state/wait.h"
+#include "state/worker_slots.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

@@ -20,7 +20,8 @@
 #include "engine/dedup.h"
 #include "engine/deps.h"
 #include "engine/ring.h"
-#include "engine/storage.h"
+#include "engine/engine.h"
+#include "state/worker_slots.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

@@ -16,12 +16,16 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "api/maintenance.h"
 #include "common/args.h"
 #include "engine/dedup.h"
 #include "engine/deps.h"
 #include "api/metrics.h"
 #include "engine/ring.h"
-#include "engine/storage.h"
+#include "engine/engine.h"
+#include "api/outcome.h"
+#include "api/schedule.h"
+#include "state/ring_shmem.h"
 
 #include "access/htup_details.h"
 #include "access/xlog.h"

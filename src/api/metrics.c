@@ -43,7 +43,9 @@
 #include "api/metrics.h"
 #include "common/args.h"
 #include "common/spi_plans.h"
-#include "engine/storage.h"
+#include "engine/engine.h"
+#include "common/guc.h"
+#include "state/worker_slots.h"
 
 #include <math.h>
 

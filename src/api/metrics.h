@@ -14,7 +14,7 @@
 #ifndef PGJQ_METRICS_H
 #define PGJQ_METRICS_H
 
-#include "common/pgjq.h"
+#include "common/pgjq_common.h"
 
 /* The per-queue counters, in the order metrics() shows them. */
 typedef enum PgjqMetric

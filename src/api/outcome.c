@@ -14,10 +14,12 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "api/outcome.h"
 #include "common/args.h"
 #include "engine/ring.h"
 #include "api/metrics.h"
-#include "engine/storage.h"
+#include "engine/engine.h"
+#include "state/worker_slots.h"
 
 #include "catalog/pg_type.h"
 #include "mb/pg_wchar.h"

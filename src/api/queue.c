@@ -31,6 +31,10 @@
 #include "common/args.h"
 #include "state/limits.h"
 #include "engine/ring.h"
+#include "engine/engine.h"
+#include "state/key_rate.h"
+#include "state/ring_shmem.h"
+#include "state/wait.h"
 
 #include <math.h>
 

@@ -23,11 +23,14 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "api/schedule.h"
 #include "common/args.h"
 #include "common/cron.h"
 #include "common/spi_plans.h"
-#include "engine/storage.h"
+#include "engine/engine.h"
 #include "state/limits.h"
+#include "api/maintenance.h"
+#include "state/worker_slots.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"

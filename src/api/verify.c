@@ -27,6 +27,7 @@
 #include "state/limits.h"
 #include "engine/ring.h"
 #include "common/spi_plans.h"
+#include "engine/engine.h"
 
 #include "miscadmin.h"
 #include "utils/builtins.h"

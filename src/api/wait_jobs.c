@@ -24,7 +24,9 @@
 #include "common/args.h"
 #include "state/limits.h"
 #include "common/spi_plans.h"
-#include "engine/storage.h"
+#include "engine/engine.h"
+#include "common/guc.h"
+#include "state/wait.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

@@ -19,6 +19,7 @@
 #include "miscadmin.h"
 #if PG_VERSION_NUM >= 150000
 #include "common/pg_prng.h"
+#include "common/guc.h"
 #endif
 
 /*

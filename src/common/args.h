@@ -12,7 +12,7 @@
 #ifndef PGJQ_ARGS_H
 #define PGJQ_ARGS_H
 
-#include "common/pgjq.h"
+#include "common/pgjq_common.h"
 
 #include "utils/array.h"
 #include "utils/timestamp.h"
@@ -29,6 +29,9 @@ extern void pgjq_check_payload(Datum payload, const char *argname);
 extern ArrayType *pgjq_arg_array(FunctionCallInfo fcinfo, int argno, const char *argname,
 								 Oid elemtype, bool required);
 extern int	pgjq_array_length(ArrayType *arr);
+
+/* an interval in microseconds (30-day months), clamped */
+extern int64 pgjq_interval_usec(const Interval *iv);
 
 
 

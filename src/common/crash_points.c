@@ -30,7 +30,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "common/pgjq.h"
+#include "common/crash_points.h"
+#include "common/pgjq_common.h"
+#include "common/guc.h"
 
 #include <signal.h>
 

@@ -9,7 +9,7 @@
 #ifndef PGJQ_CRON_H
 #define PGJQ_CRON_H
 
-#include "common/pgjq.h"
+#include "common/pgjq_common.h"
 
 #include "datatype/timestamp.h"
 #include "pgtime.h"

@@ -30,8 +30,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "common/pgjq.h"
-#include "engine/ring.h"
+#include "common/guc.h"
+#include "common/crash_points.h"
 
 #include "miscadmin.h"
 #include "utils/guc.h"

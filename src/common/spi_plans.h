@@ -13,7 +13,7 @@
 #ifndef PGJQ_SPI_PLANS_H
 #define PGJQ_SPI_PLANS_H
 
-#include "common/pgjq.h"
+#include "common/pgjq_common.h"
 
 #include "executor/spi.h"
 

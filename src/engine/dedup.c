@@ -42,6 +42,8 @@
 #include "common/args.h"
 #include "engine/ring.h"
 #include "common/spi_plans.h"
+#include "engine/engine.h"
+#include "state/worker_slots.h"
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"

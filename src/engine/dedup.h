@@ -9,7 +9,7 @@
 #ifndef PGJQ_DEDUP_H
 #define PGJQ_DEDUP_H
 
-#include "engine/storage.h"
+#include "engine/engine.h"
 
 typedef struct PgjqDedup
 {

@@ -44,6 +44,9 @@
 #include "engine/ring.h"
 #include "common/spi_plans.h"
 #include "engine/storage_internal.h"
+#include "common/guc.h"
+#include "engine/engine.h"
+#include "state/worker_slots.h"
 
 #include "access/twophase.h"
 #include "access/xact.h"

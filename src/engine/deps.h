@@ -9,7 +9,7 @@
 #define PGJQ_DEPS_H
 
 #include "engine/dedup.h"
-#include "engine/storage.h"
+#include "engine/engine.h"
 
 /* One new job's dependencies: existing job ids and earlier positions of the call. */
 typedef struct PgjqJobDeps

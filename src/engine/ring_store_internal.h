@@ -30,6 +30,10 @@
 #include "state/ring_internal.h"
 #include "engine/storage_internal.h"
 #include "state/limits.h"
+#include "engine/ring.h"
+#include "state/wait.h"
+#include "state/worker_slots.h"
+#include "common/args.h"
 
 #include "access/htup.h"
 #include "utils/array.h"

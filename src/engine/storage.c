@@ -11,7 +11,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "engine/storage.h"
+#include "engine/engine.h"
 #include "engine/storage_internal.h"
 
 #include "catalog/namespace.h"

@@ -9,7 +9,7 @@
 #define PGJQ_STORAGE_INTERNAL_H
 
 #include "common/spi_plans.h"
-#include "engine/storage.h"
+#include "engine/engine.h"
 
 #include "catalog/pg_type.h"
 #include "utils/timestamp.h"

@@ -15,6 +15,7 @@
  */
 #include "engine/storage_internal.h"
 #include "state/limits.h"
+#include "state/wait.h"
 
 #include "commands/sequence.h"
 #include "miscadmin.h"

@@ -40,6 +40,8 @@
 #include "utils/inval.h"
 
 #include "common/hashfn.h"
+#include "common/args.h"
+#include "state/wait.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"

@@ -9,7 +9,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "engine/storage.h"
+#include "engine/engine.h"
 #include "engine/storage_internal.h"
 #include "common/spi_plans.h"
 

@@ -29,71 +29,15 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "state/key_rate.h"
 #include "state/ring_internal.h"
+#include "common/guc.h"
 
 #include <math.h>
 
 #include "miscadmin.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
-
-typedef struct RingRate
-{
-	RingHoldKey key;			/* dbid, queue, lane hash of the key */
-	double		tokens;			/* as of refilled */
-	TimestampTz refilled;
-	double		rate;			/* the queue's key_rate when last taken from */
-	double		burst;
-	TimestampTz throttled_until;	/* 0: not throttled */
-} RingRate;
-
-typedef struct RingRateWake
-{
-	TimestampTz at;
-	RingHoldKey key;
-} RingRateWake;
-
-typedef struct RingRateHeap
-{
-	int64		throttled;		/* entries with throttled_until != 0 */
-	int32		n;
-	RingRateWake w[FLEXIBLE_ARRAY_MEMBER];	/* a min-heap on at */
-} RingRateHeap;
-
-static HTAB *ring_rates = NULL;
-static RingRateHeap *heap = NULL;
-
-Size
-ring_rates_shmem_size(void)
-{
-	Size		s = hash_estimate_size(pgjq_ring_max_rate_keys, sizeof(RingRate));
-
-	return add_size(s, add_size(offsetof(RingRateHeap, w),
-								mul_size(pgjq_ring_max_rate_keys, sizeof(RingRateWake))));
-}
-
-void
-ring_rates_shmem_init(void)
-{
-	HASHCTL		info;
-	bool		found;
-
-	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(RingHoldKey);
-	info.entrysize = sizeof(RingRate);
-	ring_rates = ShmemInitHash("pgjq ring key rates", pgjq_ring_max_rate_keys,
-							   pgjq_ring_max_rate_keys, &info,
-							   HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
-	heap = ShmemInitStruct("pgjq ring key rate wake-ups",
-						   add_size(offsetof(RingRateHeap, w),
-									mul_size(pgjq_ring_max_rate_keys, sizeof(RingRateWake))),
-						   &found);
-	if (!found)
-	{
-		heap->throttled = 0;
-		heap->n = 0;
-	}
-}
 
 /* ---------------------------------------------------------------------
  * the heap of wake-ups (one per throttled entry: never more than entries)
@@ -102,19 +46,19 @@ ring_rates_shmem_init(void)
 static void
 heap_push(TimestampTz at, const RingHoldKey *key)
 {
-	int			i = heap->n++;
+	int			i = ring_rate_heap->n++;
 
 	while (i > 0)
 	{
 		int			parent = (i - 1) / 2;
 
-		if (heap->w[parent].at <= at)
+		if (ring_rate_heap->w[parent].at <= at)
 			break;
-		heap->w[i] = heap->w[parent];
+		ring_rate_heap->w[i] = ring_rate_heap->w[parent];
 		i = parent;
 	}
-	heap->w[i].at = at;
-	heap->w[i].key = *key;
+	ring_rate_heap->w[i].at = at;
+	ring_rate_heap->w[i].key = *key;
 }
 
 /*
@@ -129,12 +73,12 @@ wake_add(RingRate *r)
 	HASH_SEQ_STATUS hs;
 	RingRate   *e;
 
-	if (heap->n < pgjq_ring_max_rate_keys)
+	if (ring_rate_heap->n < pgjq_ring_max_rate_keys)
 	{
 		heap_push(r->throttled_until, &r->key);
 		return;
 	}
-	heap->n = 0;
+	ring_rate_heap->n = 0;
 	hash_seq_init(&hs, ring_rates);
 	while ((e = hash_seq_search(&hs)) != NULL)
 		if (e->throttled_until != 0)
@@ -144,24 +88,24 @@ wake_add(RingRate *r)
 static void
 heap_pop(void)
 {
-	RingRateWake last = heap->w[--heap->n];
+	RingRateWake last = ring_rate_heap->w[--ring_rate_heap->n];
 	int			i = 0;
 
 	for (;;)
 	{
 		int			c = 2 * i + 1;
 
-		if (c >= heap->n)
+		if (c >= ring_rate_heap->n)
 			break;
-		if (c + 1 < heap->n && heap->w[c + 1].at < heap->w[c].at)
+		if (c + 1 < ring_rate_heap->n && ring_rate_heap->w[c + 1].at < ring_rate_heap->w[c].at)
 			c++;
-		if (last.at <= heap->w[c].at)
+		if (last.at <= ring_rate_heap->w[c].at)
 			break;
-		heap->w[i] = heap->w[c];
+		ring_rate_heap->w[i] = ring_rate_heap->w[c];
 		i = c;
 	}
-	if (heap->n > 0)
-		heap->w[i] = last;
+	if (ring_rate_heap->n > 0)
+		ring_rate_heap->w[i] = last;
 }
 
 /* ---------------------------------------------------------------------
@@ -238,7 +182,7 @@ unthrottle(RingRate *r)
 	RingHoldKey k = r->key;
 
 	r->throttled_until = 0;
-	heap->throttled--;
+	ring_rate_heap->throttled--;
 	settle_key(&k);
 }
 
@@ -280,7 +224,7 @@ ring_rate_take(const PgjqQueue *queue, uint64 keyhash, TimestampTz now)
 		return 1;
 	/* out until its next token */
 	r->throttled_until = now + (int64) ceil((1 - r->tokens) / r->rate * USECS_PER_SEC);
-	heap->throttled++;
+	ring_rate_heap->throttled++;
 	wake_add(r);
 	settle_key(&k);
 	return 0;
@@ -301,47 +245,25 @@ ring_rate_spend(const PgjqQueue *queue, uint64 keyhash)
 		r->tokens -= 1;
 }
 
-bool
-ring_rates_any(void)
-{
-	return heap != NULL && heap->throttled > 0;
-}
-
-bool
-ring_rate_throttled(const RingLaneKey *lk, TimestampTz now)
-{
-	RingHoldKey k;
-	RingRate   *r;
-
-	if (heap == NULL || heap->throttled == 0)
-		return false;
-	memset(&k, 0, sizeof(k));
-	k.dbid = lk->dbid;
-	k.queue_id = lk->queue_id;
-	k.keyhash = lk->keyhash;
-	r = hash_search(ring_rates, &k, HASH_FIND, NULL);
-	return r != NULL && r->throttled_until > now;
-}
-
 void
 ring_rates_expire_due(void)
 {
 	TimestampTz now;
 	bool		due;
 
-	if (heap == NULL || heap->throttled == 0)
+	if (ring_rate_heap == NULL || ring_rate_heap->throttled == 0)
 		return;
 	now = GetCurrentTimestamp();
 	LWLockAcquire(ring->lock, LW_SHARED);
-	due = heap->n > 0 && heap->w[0].at <= now;
+	due = ring_rate_heap->n > 0 && ring_rate_heap->w[0].at <= now;
 	LWLockRelease(ring->lock);
 	if (!due)
 		return;
 	LWLockAcquire(ring->lock, LW_EXCLUSIVE);
-	while (heap->n > 0 && heap->w[0].at <= now)
+	while (ring_rate_heap->n > 0 && ring_rate_heap->w[0].at <= now)
 	{
-		RingHoldKey k = heap->w[0].key;
-		TimestampTz at = heap->w[0].at;
+		RingHoldKey k = ring_rate_heap->w[0].key;
+		TimestampTz at = ring_rate_heap->w[0].at;
 		RingRate   *r;
 
 		heap_pop();
@@ -356,30 +278,9 @@ ring_rates_expire_due(void)
 TimestampTz
 ring_rates_next(void)
 {
-	if (heap == NULL || heap->n == 0)
+	if (ring_rate_heap == NULL || ring_rate_heap->n == 0)
 		return DT_NOEND;
-	return heap->w[0].at;
-}
-
-void
-ring_rates_clear(Oid dbid, int32 queue_id)
-{
-	HASH_SEQ_STATUS hs;
-	RingRate   *r;
-
-	if (ring_rates == NULL)
-		return;
-	hash_seq_init(&hs, ring_rates);
-	while ((r = hash_seq_search(&hs)) != NULL)
-		if (r->key.dbid == dbid && (queue_id == 0 || r->key.queue_id == queue_id))
-		{
-			if (r->throttled_until != 0)
-			{
-				r->throttled_until = 0;
-				heap->throttled--;
-			}
-			hash_search(ring_rates, &r->key, HASH_REMOVE, NULL);
-		}
+	return ring_rate_heap->w[0].at;
 }
 
 void

@@ -66,7 +66,8 @@
  *-------------------------------------------------------------------------
  */
 #include "state/limits.h"
-#include "engine/ring.h"
+#include "common/guc.h"
+#include "state/wait.h"
 #include "common/spi_plans.h"
 
 #include <math.h>
@@ -76,6 +77,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "common/crash_points.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -181,11 +183,10 @@ static UntrackedWhy untracked_why = UNTRACKED_RECOVERY;
 static Oid	known_valid = InvalidOid;	/* incarnation seen valid here */
 static TimestampTz retry_count_at = 0;
 
-static PgjqLeftRunningHook prev_left_running_hook = NULL;
-static PgjqStorageBeginHook prev_storage_begin_hook = NULL;
+/* set by _PG_init (limits.h) */
+PgjqLimitsRunningKeysHook pgjq_limits_running_keys_hook = NULL;
+PgjqLimitsKeysFreedHook pgjq_limits_keys_freed_hook = NULL;
 
-static void left_running(int32 queue_id, const char *fair_key, uint64 keyhash, int n);
-static void storage_begin(void);
 static void xact_callback(XactEvent event, void *arg);
 static void subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 							 SubTransactionId parentSubid, void *arg);
@@ -227,16 +228,6 @@ pgjq_limits_shmem_init(bool found)
 	 */
 	counters = ShmemInitHash("pgjq counters", pgjq_max_tracked_keys, pgjq_max_tracked_keys,
 							 &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
-}
-
-/* Per-backend setup, once shared memory exists (from _PG_init via shmem.c). */
-void
-pgjq_limits_startup(void)
-{
-	prev_left_running_hook = pgjq_left_running_hook;
-	pgjq_left_running_hook = left_running;
-	prev_storage_begin_hook = pgjq_storage_begin_hook;
-	pgjq_storage_begin_hook = storage_begin;
 }
 
 /* A fair key's counter hash; never 0 (that is the queue's own entry). */
@@ -499,7 +490,7 @@ count_database(Oid incarnation)
 	 * the ring's running jobs (ring.h), per (queue, key): the queue's are
 	 * their sum
 	 */
-	nrk = pgjq_ring_running_keys(0, &rk_qids, &rk_hashes, &rk_counts);
+	nrk = pgjq_limits_running_keys_hook(0, &rk_qids, &rk_hashes, &rk_counts);
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	db = db_state(MyDatabaseId);
@@ -610,12 +601,13 @@ ensure_counted(void)
 	return valid;
 }
 
-/* The begin hook of the storage engine: before any statement of a call. */
-static void
-storage_begin(void)
+/*
+ * The begin hook of the storage engine (registered by _PG_init): before any
+ * statement of a call.
+ */
+void
+pgjq_limits_storage_begin(void)
 {
-	if (prev_storage_begin_hook)
-		prev_storage_begin_hook();
 	(void) ensure_counted();
 }
 
@@ -866,7 +858,7 @@ quota_release(PgjqClaimQuota *quota, const char *fair_key, int n)
 		drop_if_idle(c);
 	}
 	LWLockRelease(shared->lock);
-	pgjq_ring_keys_freed(1, &quota->queue->queue_id, &h);
+	pgjq_limits_keys_freed_hook(1, &quota->queue->queue_id, &h);
 }
 
 static void
@@ -904,7 +896,7 @@ quota_settle(PgjqClaimQuota *quota, const char *fair_key, int reserved, int pick
 		}
 		LWLockRelease(shared->lock);
 		if (reserved > picked)
-			pgjq_ring_keys_freed(1, &queue_id, &h);
+			pgjq_limits_keys_freed_hook(1, &queue_id, &h);
 		return;
 	}
 	else
@@ -978,7 +970,7 @@ queue_keys_ready(int32 queue_id)
 	LWLockRelease(shared->lock);
 
 	/* the queue's running jobs (their claims count as untracked) */
-	nrk = pgjq_ring_running_keys(queue_id, &rk_qids, &rk_hashes, &rk_counts);
+	nrk = pgjq_limits_running_keys_hook(queue_id, &rk_qids, &rk_hashes, &rk_counts);
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	q = counter(queue_id, 0, false);
@@ -1143,17 +1135,16 @@ pgjq_limits_quota_cut_short(PgjqClaimQuota *quota)
 }
 
 /*
- * Storage hook: n jobs of (queue, key) stop running at commit (fair_key
- * NULL: keyhash is its pgjq_limits_key_hash, from the ring).
+ * Storage hook (registered by _PG_init): n jobs of (queue, key) stop
+ * running at commit (fair_key NULL: keyhash is its pgjq_limits_key_hash,
+ * from the ring).
  */
-static void
-left_running(int32 queue_id, const char *fair_key, uint64 keyhash, int n)
+void
+pgjq_limits_left_running(int32 queue_id, const char *fair_key, uint64 keyhash, int n)
 {
 	Counter    *q;
 	PendingKind kind = OP_COUNT;
 
-	if (prev_left_running_hook)
-		prev_left_running_hook(queue_id, fair_key, keyhash, n);
 	if (n <= 0 || !tracking())
 		return;
 	pending_room(2);
@@ -1179,7 +1170,7 @@ left_running(int32 queue_id, const char *fair_key, uint64 keyhash, int n)
 	 * ring lane parked at the key's limit must be in its ring for it
 	 */
 	if (kind == OP_COUNT && q)
-		pgjq_ring_keys_freed(1, &queue_id, &keyhash);
+		pgjq_limits_keys_freed_hook(1, &queue_id, &keyhash);
 }
 
 /* drop_queue: forget the queue's counters when the transaction commits. */
@@ -1288,7 +1279,7 @@ resolve(bool commit, int level)
 
 	/* the ring's lanes parked at these keys' limits may go on (never fails) */
 	if (nfreed > 0)
-		pgjq_ring_keys_freed(nfreed, freed_qids, freed_hashes);
+		pgjq_limits_keys_freed_hook(nfreed, freed_qids, freed_hashes);
 	/* O(waiters) each: not under the counters' lock */
 	for (int i = 0; i < nwake; i++)
 		pgjq_wait_wake(MyDatabaseId, wakeups[i].queue_id, wakeups[i].n);
@@ -1592,7 +1583,7 @@ pgjq_limits_verify(PgjqLimitsDiff **diffs)
 	 * the ring's (queue, key) pairs and the entries: room for every
 	 * difference
 	 */
-	nrk = pgjq_ring_running_keys(0, &rk_qids, &rk_hashes, &rk_counts);
+	nrk = pgjq_limits_running_keys_hook(0, &rk_qids, &rk_hashes, &rk_counts);
 	*diffs = palloc(sizeof(PgjqLimitsDiff) * (nrk + nentries + 1));
 
 	/* expected per queue: the ring's running jobs */

@@ -1,20 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * limits.h
- *	  Concurrency and rate limits kept in shared memory (limits.c), and the
- *	  wake-ups of waiting claims (wait.c).
+ *	  Concurrency and rate limits kept in shared memory (limits.c).
  *
  *-------------------------------------------------------------------------
  */
 #ifndef PGJQ_LIMITS_H
 #define PGJQ_LIMITS_H
 
-#include "engine/storage.h"
+#include "common/queue_types.h"
 
 /* limits.c */
 extern Size pgjq_limits_shmem_size(void);
 extern void pgjq_limits_shmem_init(bool found);
-extern void pgjq_limits_startup(void);
 extern bool pgjq_queue_has_limits(const PgjqQueue *queue);
 extern void pgjq_limits_require_shmem(const char *what);
 extern int	pgjq_limits_reserve_queue(const PgjqQueue *queue, int want, int64 *token_in_us);
@@ -44,24 +42,26 @@ typedef struct PgjqLimitsDiff
 } PgjqLimitsDiff;
 extern int	pgjq_limits_verify(PgjqLimitsDiff **diffs);
 
-/* wait.c */
-#define PGJQ_WAIT_MAX_QUEUES 32
-extern Size pgjq_wait_shmem_size(void);
-extern void pgjq_wait_shmem_init(bool found);
-extern void pgjq_wait_startup(void);
-extern void pgjq_wait_register(int nqueues, const int32 *queue_ids, bool await);
-extern void pgjq_wait_rearm(void);
-extern void pgjq_wait_sleep(TimestampTz until);
-extern uint32 pgjq_wait_woken(void);
-extern void pgjq_wait_used(uint32 queues);
-extern void pgjq_wait_leaving_ready(void);
-extern void pgjq_wait_unregister(void);
-extern void pgjq_wait_note_ready(int32 queue_id, int n);
-extern void pgjq_wait_note_claimed(int32 queue_id, int n);
-extern void pgjq_wait_wake(Oid dboid, int32 queue_id, int n);
-extern void pgjq_wait_note_finished(int64 id, char how);
-extern void pgjq_wait_jobs_register(int n, const int64 *ids);
-extern void pgjq_wait_jobs_unregister(void);
-extern void pgjq_wait_jobs_sleep(TimestampTz until);
+/*
+ * The storage engine's left_running and begin hooks (engine.h), registered
+ * by _PG_init: n jobs of (queue, key) stop running at commit; a call
+ * enters the engine (the counters are built first if they must be)
+ */
+extern void pgjq_limits_left_running(int32 queue_id, const char *fair_key, uint64 keyhash,
+									 int n);
+extern void pgjq_limits_storage_begin(void);
+
+/*
+ * What the counters need from the ring, set by _PG_init: its running jobs
+ * per (queue, key hash) of one queue or (0) all, in palloc'd arrays
+ * (engine's pgjq_ring_running_keys); keys whose running count went down,
+ * so that their lanes come back (state's pgjq_ring_keys_freed, never
+ * fails), called with no lock held
+ */
+typedef int (*PgjqLimitsRunningKeysHook) (int32 queue_id, int32 **qids, uint64 **hashes,
+										  int64 **counts);
+typedef void (*PgjqLimitsKeysFreedHook) (int n, const int32 *queue_ids, const uint64 *hashes);
+extern PgjqLimitsRunningKeysHook pgjq_limits_running_keys_hook;
+extern PgjqLimitsKeysFreedHook pgjq_limits_keys_freed_hook;
 
 #endif							/* PGJQ_LIMITS_H */

@@ -2,7 +2,8 @@
  *
  * ring_internal.h
  *	  The ring engine's shared-memory layout and transaction-local state,
- *	  shared by ring_shmem.c (owner) and ring_store.c.
+ *	  shared by ring_shmem.c (owner), key_rate.c, ring_holds.c and the
+ *	  engine's ring files.
  *
  * Locking rules: one LWLock (ring->lock) protects every shared field here:
  * the per-database records and their slots, the queue records, the lanes
@@ -46,7 +47,10 @@
 #ifndef PGJQ_RING_INTERNAL_H
 #define PGJQ_RING_INTERNAL_H
 
-#include "engine/ring.h"
+#include "common/crash_points.h"
+#include "common/guc.h"
+#include "common/queue_types.h"
+#include "state/ring_shmem.h"
 
 #include "storage/itemptr.h"
 #include "storage/lwlock.h"
@@ -234,10 +238,10 @@ typedef struct RingSlot
 
 	/*
 	 * The ring order, durable: when producers move to a slot it gets the
-	 * database's next generation, and the first transaction that writes to
-	 * it also writes a 'g' row (token = gen) into its log; marked once one
-	 * such row has committed.  The rebuild orders the slots by their 'g'
-	 * rows, never by ids (ring_store.c, current_slot).
+	 * database's next generation, and the first transaction that writes to it
+	 * also writes a 'g' row (token = gen) into its log; marked once one such
+	 * row has committed.  The rebuild orders the slots by their 'g' rows,
+	 * never by ids (ring_store.c, current_slot).
 	 */
 	uint64		gen;			/* 0: clean, or a 0.2.0 slot without 'g' row */
 	bool		marked;			/* a committed 'g' row of gen is in its log */
@@ -317,24 +321,57 @@ extern RingFlight *ring_flight_enter(int64 id);
 extern void ring_flight_remove(int64 id);
 extern void ring_clear_db(RingDb *db);
 
+/* key_rate.c's buckets, in ring_shmem.c (ring->lock) */
+typedef struct RingRate
+{
+	RingHoldKey key;			/* dbid, queue, lane hash of the key */
+	double		tokens;			/* as of refilled */
+	TimestampTz refilled;
+	double		rate;			/* the queue's key_rate when last taken from */
+	double		burst;
+	TimestampTz throttled_until;	/* 0: not throttled */
+} RingRate;
+
+typedef struct RingRateWake
+{
+	TimestampTz at;
+	RingHoldKey key;
+} RingRateWake;
+
+typedef struct RingRateHeap
+{
+	int64		throttled;		/* entries with throttled_until != 0 */
+	int32		n;
+	RingRateWake w[FLEXIBLE_ARRAY_MEMBER];	/* a min-heap on at */
+} RingRateHeap;
+extern HTAB *ring_rates;
+extern RingRateHeap *ring_rate_heap;
+
+/*
+ * ring_shmem.c: the buckets' memory, whether a key is throttled (any mode),
+ * and forgetting a database's or a queue's.
+ */
+extern Size ring_rates_shmem_size(void);
+extern void ring_rates_shmem_init(void);
+extern bool ring_rates_any(void);	/* any mode: a key is throttled */
+extern bool ring_rate_throttled(const RingLaneKey *lk, TimestampTz now);	/* any mode */
+extern void ring_rates_clear(Oid dbid, int32 queue_id);
+
 /*
  * key_rate.c (caller holds ring->lock exclusively, unless said otherwise).
  * ring_rate_take: 1 the key's bucket has a token (ring_rate_spend spends it
  * once the job is taken), 0 it has none (its lanes are out until the next
  * token), -1 no entry is free (pgjq.ring_max_rate_keys).
  */
-extern Size ring_rates_shmem_size(void);
-extern void ring_rates_shmem_init(void);
 extern int	ring_rate_take(const PgjqQueue *queue, uint64 keyhash, TimestampTz now);
 extern void ring_rate_spend(const PgjqQueue *queue, uint64 keyhash);
-extern bool ring_rates_any(void);	/* any mode: a key is throttled */
-extern bool ring_rate_throttled(const RingLaneKey *lk, TimestampTz now);	/* any mode */
 extern void ring_rates_expire_due(void);	/* no lock held */
 extern TimestampTz ring_rates_next(void);	/* any mode */
-extern void ring_rates_clear(Oid dbid, int32 queue_id);
 
-/* key_hold.c (caller holds ring->lock; held in any mode for the test) */
+/* ring_shmem.c: the lane is held back (lock held in any mode) */
 extern bool ring_lane_held(const RingLane *l);
+
+/* ring_holds.c (caller holds ring->lock, unless said otherwise) */
 extern void ring_holds_expire(RingDb *db, TimestampTz now);
 extern void ring_holds_expire_due(void);	/* no lock held */
 extern void ring_holds_settle_key(int32 queue_id, uint64 keyhash);
@@ -345,7 +382,10 @@ typedef struct RingHoldRow
 	uint64		keyhash;
 	TimestampTz until;
 } RingHoldRow;
-extern int	ring_holds_read(RingHoldRow **rows);	/* no lock held */
+extern void ring_hold_key_of(RingHoldKey *k, int32 queue_id, const char *fair_key);
+
+/* a hold until `until` (0: a release), at commit (no lock held) */
+extern void ring_holds_note_change(int32 queue_id, const char *fair_key, TimestampTz until);
 extern int64 ring_holds_install(RingDb *db, const RingHoldRow *rows, int n);
 
 /* ring_shmem.c: this database's record (lock held), created if missing */

@@ -37,6 +37,7 @@
  */
 #include "state/ring_internal.h"
 #include "state/limits.h"
+#include "state/worker_slots.h"
 
 #include "access/xact.h"
 #include "catalog/objectaccess.h"
@@ -44,9 +45,12 @@
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
+#include "common/crash_points.h"
+#include "common/guc.h"
 #include "miscadmin.h"
 #include "storage/shmem.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 RingShared *ring = NULL;
 HTAB	   *ring_flights = NULL;
@@ -80,6 +84,89 @@ pgjq_ring_shmem_size(void)
 	s = add_size(s, hash_estimate_size(pgjq_ring_max_holds, sizeof(RingHold)));
 	s = add_size(s, ring_rates_shmem_size());
 	return s;
+}
+
+/*
+ * The key_rate buckets (key_rate.c takes from them and settles the lanes):
+ * their table and the heap of their wake-ups are here with the rest of the
+ * ring's shared memory, since a lane asks them whether it is held back.
+ */
+HTAB	   *ring_rates = NULL;
+RingRateHeap *ring_rate_heap = NULL;
+
+Size
+ring_rates_shmem_size(void)
+{
+	Size		s = hash_estimate_size(pgjq_ring_max_rate_keys, sizeof(RingRate));
+
+	return add_size(s, add_size(offsetof(RingRateHeap, w),
+								mul_size(pgjq_ring_max_rate_keys, sizeof(RingRateWake))));
+}
+
+void
+ring_rates_shmem_init(void)
+{
+	HASHCTL		info;
+	bool		found;
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(RingHoldKey);
+	info.entrysize = sizeof(RingRate);
+	ring_rates = ShmemInitHash("pgjq ring key rates", pgjq_ring_max_rate_keys,
+							   pgjq_ring_max_rate_keys, &info,
+							   HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	ring_rate_heap = ShmemInitStruct("pgjq ring key rate wake-ups",
+									 add_size(offsetof(RingRateHeap, w),
+											  mul_size(pgjq_ring_max_rate_keys, sizeof(RingRateWake))),
+									 &found);
+	if (!found)
+	{
+		ring_rate_heap->throttled = 0;
+		ring_rate_heap->n = 0;
+	}
+}
+
+bool
+ring_rates_any(void)
+{
+	return ring_rate_heap != NULL && ring_rate_heap->throttled > 0;
+}
+
+bool
+ring_rate_throttled(const RingLaneKey *lk, TimestampTz now)
+{
+	RingHoldKey k;
+	RingRate   *r;
+
+	if (ring_rate_heap == NULL || ring_rate_heap->throttled == 0)
+		return false;
+	memset(&k, 0, sizeof(k));
+	k.dbid = lk->dbid;
+	k.queue_id = lk->queue_id;
+	k.keyhash = lk->keyhash;
+	r = hash_search(ring_rates, &k, HASH_FIND, NULL);
+	return r != NULL && r->throttled_until > now;
+}
+
+void
+ring_rates_clear(Oid dbid, int32 queue_id)
+{
+	HASH_SEQ_STATUS hs;
+	RingRate   *r;
+
+	if (ring_rates == NULL)
+		return;
+	hash_seq_init(&hs, ring_rates);
+	while ((r = hash_seq_search(&hs)) != NULL)
+		if (r->key.dbid == dbid && (queue_id == 0 || r->key.queue_id == queue_id))
+		{
+			if (r->throttled_until != 0)
+			{
+				r->throttled_until = 0;
+				ring_rate_heap->throttled--;
+			}
+			hash_search(ring_rates, &r->key, HASH_REMOVE, NULL);
+		}
 }
 
 /*
@@ -480,6 +567,34 @@ lane_unpark(RingLane *l)
 	if (l->prio != NULL)
 		l->prio->parked--;
 	ring->parked--;
+}
+
+/*
+ * Whether the lane is held back: its key held (ring_holds, ring_holds.c
+ * changes it) or at its key_rate (key_rate.c).  Lock held in any mode.
+ */
+bool
+ring_lane_held(const RingLane *l)
+{
+	RingHoldKey k;
+	RingHold   *h;
+	TimestampTz now;
+
+	/* nothing held or throttled anywhere: no clock read */
+	if (ring->nholds == 0 && !ring_rates_any())
+		return false;
+	now = GetCurrentTimestamp();
+	/* a key at its key_rate is out until its next token (key_rate.c) */
+	if (ring_rate_throttled(&l->key, now))
+		return true;
+	if (ring->nholds == 0)
+		return false;
+	memset(&k, 0, sizeof(k));
+	k.dbid = l->key.dbid;
+	k.queue_id = l->key.queue_id;
+	k.keyhash = l->key.keyhash;
+	h = hash_search(ring_holds, &k, HASH_FIND, NULL);
+	return h != NULL && h->until > now;
 }
 
 /*
@@ -902,6 +1017,7 @@ static int	n_forget = 0,
 
 static bool my_writer[RING_NSLOTS];
 static bool any_writer = false;
+
 /* the 'g' rows this transaction wrote: the generation, and the level */
 static uint64 my_marker[RING_NSLOTS];
 static int	my_marker_level[RING_NSLOTS];
@@ -1902,13 +2018,9 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * a promotion likewise, retry of a dead job): the queue's claims must look
  * there again once this transaction commits.
  */
-static PgjqBecameReadyHook prev_became_ready_hook = NULL;
-
-static void
-became_ready(int32 queue_id, int n)
+void
+pgjq_ring_became_ready(int32 queue_id, int n)
 {
-	if (prev_became_ready_hook)
-		prev_became_ready_hook(queue_id, n);
 	if (n > 0)
 		ring_note_table_touch(queue_id, true);
 }
@@ -1919,8 +2031,6 @@ pgjq_ring_startup(void)
 {
 	RegisterXactCallback(xact_callback, NULL);
 	RegisterSubXactCallback(subxact_callback, NULL);
-	prev_became_ready_hook = pgjq_became_ready_hook;
-	pgjq_became_ready_hook = became_ready;
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = object_access;
 }

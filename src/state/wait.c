@@ -42,8 +42,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "state/limits.h"
-#include "engine/deps.h"
+#include "state/wait.h"
+#include "common/crash_points.h"
+#include "common/guc.h"
 
 #include "access/twophase.h"
 #include "access/xact.h"
@@ -128,7 +129,8 @@ static bool jobs_registered = false;
 static void register_callbacks(void);
 static void wake_job_waiters(void);
 
-static PgjqBecameReadyHook prev_became_ready_hook = NULL;
+/* set by _PG_init (wait.h) */
+PgjqJobFinishedHook pgjq_wait_finished_hook = NULL;
 
 static int
 slot_count(void)
@@ -162,21 +164,6 @@ pgjq_wait_shmem_init(bool found_unused)
 		pg_atomic_init_u32(&wshared->njobwaiting, 0);
 		wshared->nslots = slot_count();
 	}
-}
-
-static void
-became_ready(int32 queue_id, int n)
-{
-	if (prev_became_ready_hook)
-		prev_became_ready_hook(queue_id, n);
-	pgjq_wait_note_ready(queue_id, n);
-}
-
-void
-pgjq_wait_startup(void)
-{
-	prev_became_ready_hook = pgjq_became_ready_hook;
-	pgjq_became_ready_hook = became_ready;
 }
 
 static Waiter *
@@ -617,7 +604,8 @@ void
 pgjq_wait_note_finished(int64 id, char how)
 {
 	/* and for the jobs that wait on it (deps.c) */
-	pgjq_deps_note_finished(id, how);
+	if (pgjq_wait_finished_hook)
+		pgjq_wait_finished_hook(id, how);
 	if (wshared == NULL)
 		return;
 	register_callbacks();

@@ -41,10 +41,17 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "common/pgjq.h"
+#include "worker/bgworker.h"
+#include "common/pgjq_common.h"
 #include "engine/deps.h"
 #include "state/limits.h"
 #include "worker/horizon.h"
+#include "api/maintenance.h"
+#include "api/schedule.h"
+#include "common/crash_points.h"
+#include "common/guc.h"
+#include "engine/engine.h"
+#include "state/worker_slots.h"
 
 #include "access/heapam.h"
 #include "access/htup_details.h"

@@ -42,10 +42,12 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "common/pgjq.h"
+#include "common/pgjq_common.h"
 #include "worker/horizon.h"
 #include "engine/ring.h"
 #include "common/spi_plans.h"
+#include "common/guc.h"
+#include "engine/engine.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"

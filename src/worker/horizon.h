@@ -8,7 +8,7 @@
 #ifndef PGJQ_HORIZON_H
 #define PGJQ_HORIZON_H
 
-#include "common/pgjq.h"
+#include "common/pgjq_common.h"
 
 /* bgworker.c calls it once per pass, inside a transaction with a snapshot */
 extern int64 pgjq_horizon_check(void);

@@ -1,10 +1,11 @@
 /*-------------------------------------------------------------------------
  *
- * shmem.c
- *	  pgjq's shared memory: its allocation (worker slots here, limit
- *	  counters in limits.c, waiting claims in wait.c) and the worker slots,
- *	  used to wake a database's worker when a producer commits a job due
- *	  before the worker's next planned wake-up.
+ * worker_slots.c
+ *	  The worker slots in shared memory: each database's worker publishes
+ *	  its latch and its planned wake-up there, so that a producer that
+ *	  commits a job due before that wake-up sets the latch; the launcher
+ *	  publishes its latch too.  (The shared memory of every module is
+ *	  requested and attached by src/pgjq.c, this struct with the others.)
  *
  * Everything here is soft state: lost on restart and rebuilt as workers
  * attach.  Protocol (no lost wake-up, no polling):
@@ -33,11 +34,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "common/pgjq.h"
-#include "state/limits.h"
-#include "api/metrics.h"
-#include "engine/ring.h"
-#include "engine/deps.h"
+#include "state/worker_slots.h"
+#include "common/crash_points.h"
 
 #include "access/xact.h"
 #include "commands/dbcommands.h"
@@ -72,10 +70,6 @@ typedef struct PgjqSharedState
 
 static PgjqSharedState *pgjq_state = NULL;
 static PgjqWorkerSlot *my_slot = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-#if PG_VERSION_NUM >= 150000
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 
 /* The earliest due time of jobs this transaction scheduled, or DT_NOEND. */
 static TimestampTz pending_due = DT_NOEND;
@@ -86,36 +80,23 @@ static bool xact_callback_registered = false;
 
 static void register_xact_callback(void);
 
-static Size
-shared_size(void)
+/* The worker slots' size: src/pgjq.c requests it with every module's. */
+Size
+pgjq_worker_slots_shmem_size(void)
 {
 	return MAXALIGN(sizeof(PgjqSharedState));
 }
 
-static void
-request_shmem(void)
-{
-#if PG_VERSION_NUM >= 150000
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-#endif
-	RequestAddinShmemSpace(add_size(add_size(add_size(shared_size(), pgjq_metrics_shmem_size()),
-											 add_size(pgjq_limits_shmem_size(), pgjq_wait_shmem_size())),
-									add_size(pgjq_ring_shmem_size(), pgjq_deps_shmem_size())));
-	/* 0: worker slots, 1: limit counters, 2: waiters, 3: metrics, 4: ring, 5: dependencies */
-	RequestNamedLWLockTranche("pgjq", 6);
-}
-
-static void
-startup_shmem(void)
+/*
+ * Attach the worker slots (src/pgjq.c's shmem_startup_hook, holding
+ * AddinShmemInitLock); true if they existed already.
+ */
+bool
+pgjq_worker_slots_shmem_init(void)
 {
 	bool		found;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	pgjq_state = ShmemInitStruct("pgjq", shared_size(), &found);
+	pgjq_state = ShmemInitStruct("pgjq", pgjq_worker_slots_shmem_size(), &found);
 	if (!found)
 	{
 		memset(pgjq_state, 0, sizeof(PgjqSharedState));
@@ -128,12 +109,7 @@ startup_shmem(void)
 			pg_atomic_init_u64(&pgjq_state->slots[i].pass_us, 0);
 		}
 	}
-	pgjq_limits_shmem_init(found);
-	pgjq_wait_shmem_init(found);
-	pgjq_metrics_shmem_init(found);
-	pgjq_ring_shmem_init(found);
-	pgjq_deps_shmem_init(found);
-	LWLockRelease(AddinShmemInitLock);
+	return found;
 }
 
 PG_FUNCTION_INFO_V1(pgjq_require_preload);
@@ -158,25 +134,6 @@ pgjq_require_preload(PG_FUNCTION_ARGS)
 	register_xact_callback();
 	pending_installed = true;
 	PG_RETURN_VOID();
-}
-
-/* Called from _PG_init while shared_preload_libraries is processed. */
-void
-pgjq_shmem_init(void)
-{
-#if PG_VERSION_NUM >= 150000
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = request_shmem;
-#else
-	request_shmem();
-#endif
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = startup_shmem;
-	pgjq_limits_startup();
-	pgjq_wait_startup();
-	pgjq_metrics_startup();
-	pgjq_ring_startup();
-	pgjq_deps_startup();
 }
 
 /* True when pgjq was preloaded and its shared memory exists. */

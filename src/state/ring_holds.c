@@ -1,9 +1,14 @@
 /*-------------------------------------------------------------------------
  *
- * key_hold.c
- *	  Holding a fair key of a queue until a time: hold_key(queue, fair_key,
- *	  until), release_key(queue, fair_key), and fail(..., hold_key_for) for
- *	  a worker told to come back later (an HTTP 429 with Retry-After).
+ * ring_holds.c
+ *	  The held fair keys in shared memory: the ring_holds table, which keys
+ *	  of which queue claims skip until when, changed at commit.  The SQL
+ *	  functions are in api/key_hold.c, the durable rows (pgjq.key_holds) in
+ *	  engine/key_holds.c.
+ *
+ * Holding a fair key of a queue until a time: hold_key(queue, fair_key,
+ * until), release_key(queue, fair_key), and fail(..., hold_key_for) for a
+ * worker told to come back later (an HTTP 429 with Retry-After).
  *
  * Claims skip a held key's ready ring jobs without touching them: the
  * key's lanes stay out of their queue's round robin (ring_lane_settle asks
@@ -28,38 +33,18 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "state/ring_holds.h"
 #include "state/ring_internal.h"
-#include "engine/storage_internal.h"
-#include "common/args.h"
 #include "state/limits.h"
+#include "state/wait.h"
+#include "common/crash_points.h"
+#include "common/guc.h"
 
-#include "access/heapam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "access/tableam.h"
 #include "access/transam.h"
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/procarray.h"
-#include "utils/builtins.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
-
-PG_FUNCTION_INFO_V1(pgjq_hold_key);
-PG_FUNCTION_INFO_V1(pgjq_release_key);
-
-#define MAX_HOLD_US		(INT64CONST(365) * USECS_PER_DAY)
-
-static PgjqPlan plan_hold = {
-	"INSERT INTO pgjq.key_holds (queue_id, fair_key, until) VALUES ($1, $2, $3)"
-	" ON CONFLICT (queue_id, fair_key) DO UPDATE SET until = excluded.until",
-	3, {INT4OID, TEXTOID, TIMESTAMPTZOID}
-};
-
-static PgjqPlan plan_release = {
-	"DELETE FROM pgjq.key_holds WHERE queue_id = $1 AND fair_key = $2 AND until > $3",
-	3, {INT4OID, TEXTOID, TIMESTAMPTZOID}
-};
 
 /* this transaction's changed entries, applied at commit */
 typedef struct PendingHold
@@ -76,38 +61,14 @@ static int	npending = 0;
 static int	maxpending = 0;
 static bool callbacks = false;
 
-static void
-hold_key_of(RingHoldKey *k, int32 queue_id, const char *fair_key)
+void
+ring_hold_key_of(RingHoldKey *k, int32 queue_id, const char *fair_key)
 {
 	memset(k, 0, sizeof(*k));
 	k->dbid = MyDatabaseId;
 	k->queue_id = queue_id;
 	/* the lanes' hash of the key: 0 for the jobs without one */
 	k->keyhash = fair_key[0] ? pgjq_limits_key_hash(fair_key, strlen(fair_key)) : 0;
-}
-
-bool
-ring_lane_held(const RingLane *l)
-{
-	RingHoldKey k;
-	RingHold   *h;
-	TimestampTz now;
-
-	/* nothing held or throttled anywhere: no clock read */
-	if (ring->nholds == 0 && !ring_rates_any())
-		return false;
-	now = GetCurrentTimestamp();
-	/* a key at its key_rate is out until its next token (key_rate.c) */
-	if (ring_rate_throttled(&l->key, now))
-		return true;
-	if (ring->nholds == 0)
-		return false;
-	memset(&k, 0, sizeof(k));
-	k.dbid = l->key.dbid;
-	k.queue_id = l->key.queue_id;
-	k.keyhash = l->key.keyhash;
-	h = hash_search(ring_holds, &k, HASH_FIND, NULL);
-	return h != NULL && h->until > now;
 }
 
 /* Put the key's lanes where they belong now (lock held exclusively). */
@@ -358,8 +319,8 @@ hold_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * `until`, or a release (0).  Called after the durable row was written (so
  * holding its lock).  The room check comes first: nothing is half-done.
  */
-static void
-note_change(int32 queue_id, const char *fair_key, TimestampTz until)
+void
+ring_holds_note_change(int32 queue_id, const char *fair_key, TimestampTz until)
 {
 	RingHoldKey k;
 	RingHold   *h;
@@ -383,7 +344,7 @@ note_change(int32 queue_id, const char *fair_key, TimestampTz until)
 			MemoryContextAlloc(TopMemoryContext, sizeof(PendingHold) * newmax);
 		maxpending = newmax;
 	}
-	hold_key_of(&k, queue_id, fair_key);
+	ring_hold_key_of(&k, queue_id, fair_key);
 
 	/*
 	 * Another transaction's change of the key, not taken on yet: it has ended
@@ -445,31 +406,6 @@ note_change(int32 queue_id, const char *fair_key, TimestampTz until)
 	npending++;
 }
 
-void
-pgjq_key_hold(int32 queue_id, const char *fair_key, TimestampTz until)
-{
-	Datum		values[3] = {Int32GetDatum(queue_id), CStringGetTextDatum(fair_key),
-	TimestampTzGetDatum(until)};
-
-	pgjq_spi_run(&plan_hold, values, NULL, 0);
-	note_change(queue_id, fair_key, until);
-}
-
-bool
-pgjq_key_release(int32 queue_id, const char *fair_key)
-{
-	Datum		values[3] = {Int32GetDatum(queue_id), CStringGetTextDatum(fair_key),
-	TimestampTzGetDatum(GetCurrentTimestamp())};
-
-	pgjq_spi_run(&plan_release, values, NULL, 0);
-	if (SPI_processed == 0)
-		return false;
-	note_change(queue_id, fair_key, 0);
-	/* its ready jobs are claimable again once this commits */
-	pgjq_wait_note_ready(queue_id, PG_INT32_MAX);
-	return true;
-}
-
 TimestampTz
 pgjq_ring_hold_next(void)
 {
@@ -486,59 +422,6 @@ pgjq_ring_hold_next(void)
 	t = Min(t, ring_rates_next());
 	LWLockRelease(ring->lock);
 	return t;
-}
-
-/*
- * The rebuild, in two steps since ring->lock is never held across heap
- * access: the holds of pgjq.key_holds still in the future (no lock held),
- * then into ring_holds, after the database's entries were cleared and
- * before its lanes are settled (lock held exclusively).  Rows beyond the
- * room are not held: ring_holds_install returns how many, for a warning
- * after the lock is released.
- */
-int
-ring_holds_read(RingHoldRow **rows)
-{
-	Oid			relid = pgjq_relation("key_holds");
-	Relation	rel;
-	TableScanDesc scan;
-	HeapTuple	tup;
-	TimestampTz now = GetCurrentTimestamp();
-	Snapshot	snap;
-	int			n = 0;
-	int			max = 16;
-
-	*rows = palloc(sizeof(RingHoldRow) * max);
-	if (!OidIsValid(relid))
-		return 0;
-	rel = table_open(relid, AccessShareLock);
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	scan = table_beginscan(rel, snap, 0, NULL);
-	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
-	{
-		TupleDesc	desc = RelationGetDescr(rel);
-		bool		isnull;
-		TimestampTz until = DatumGetTimestampTz(heap_getattr(tup, 3, desc, &isnull));
-		RingHoldKey k;
-
-		if (until <= now)
-			continue;
-		hold_key_of(&k, DatumGetInt32(heap_getattr(tup, 1, desc, &isnull)),
-					TextDatumGetCString(heap_getattr(tup, 2, desc, &isnull)));
-		if (n == max)
-		{
-			max *= 2;
-			*rows = repalloc(*rows, sizeof(RingHoldRow) * max);
-		}
-		(*rows)[n].queue_id = k.queue_id;
-		(*rows)[n].keyhash = k.keyhash;
-		(*rows)[n].until = until;
-		n++;
-	}
-	table_endscan(scan);
-	UnregisterSnapshot(snap);
-	table_close(rel, AccessShareLock);
-	return n;
 }
 
 int64
@@ -574,59 +457,4 @@ ring_holds_install(RingDb *db, const RingHoldRow *rows, int n)
 	}
 	/* the caller reports them, once it released the lock */
 	return skipped;
-}
-
-/* ---------------------------------------------------------------------
- * SQL
- * --------------------------------------------------------------------- */
-
-static char *
-fair_key_arg(FunctionCallInfo fcinfo, int argno)
-{
-	/* NULL: the jobs without a fair key */
-	char	   *key = pgjq_arg_text(fcinfo, argno, "fair_key", PGJQ_MAX_KEY);
-
-	return key ? key : "";
-}
-
-/* pgjq.hold_key(queue, fair_key, until) */
-Datum
-pgjq_hold_key(PG_FUNCTION_ARGS)
-{
-	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
-	char	   *key = fair_key_arg(fcinfo, 1);
-	TimestampTz until;
-	TimestampTz now = GetCurrentTimestamp();
-	PgjqQueue	queue;
-
-	pgjq_arg_not_null(fcinfo, 2, "until");
-	until = PG_GETARG_TIMESTAMPTZ(2);
-	if (until <= now || until > now + MAX_HOLD_US)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("until must be in the future, at most 365 days from now"),
-				 errhint("release_key() ends a hold.")));
-	pgjq_ring_require();
-	pgjq_storage_begin();
-	pgjq_storage_queue_get_or_error(name, &queue);
-	pgjq_key_hold(queue.queue_id, key, until);
-	pgjq_storage_end();
-	PG_RETURN_VOID();
-}
-
-/* pgjq.release_key(queue, fair_key): false when the key was not held */
-Datum
-pgjq_release_key(PG_FUNCTION_ARGS)
-{
-	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
-	char	   *key = fair_key_arg(fcinfo, 1);
-	PgjqQueue	queue;
-	bool		released;
-
-	pgjq_ring_require();
-	pgjq_storage_begin();
-	pgjq_storage_queue_get_or_error(name, &queue);
-	released = pgjq_key_release(queue.queue_id, key);
-	pgjq_storage_end();
-	PG_RETURN_BOOL(released);
 }

@@ -1,10 +1,12 @@
 /*-------------------------------------------------------------------------
  *
- * storage.h
- *	  The narrow interface between pgjq's SQL API and its storage engine.
+ * engine.h
+ *	  The interface between pgjq's SQL API and its storage engine: every
+ *	  store operation the api layer (and the worker) uses, the ring's
+ *	  (ring_store.c) and pgjq.job's with its history (storage_*.c).
  *
  * The API layer (queue.c, enqueue.c, claim.c, outcome.c, maintenance.c)
- * validates arguments and decides semantics; only the storage_*.c files know
+ * validates arguments and decides semantics; only the engine's files know
  * tables, indexes and SQL.  Replacing the engine means reimplementing this
  * header, not touching the API or its tests.
  *
@@ -15,31 +17,13 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef PGJQ_STORAGE_H
-#define PGJQ_STORAGE_H
+#ifndef PGJQ_ENGINE_H
+#define PGJQ_ENGINE_H
 
-#include "common/pgjq.h"
+#include "common/queue_types.h"
 
 #include "storage/lockdefs.h"
 #include "utils/array.h"
-
-typedef struct PgjqQueue
-{
-	int32		queue_id;
-	int64		lease_us;
-	int32		max_attempts;
-	int64		backoff_base_us;
-	int64		backoff_max_us;
-	int64		retention_us;
-	int32		concurrency;	/* 0 = no limit */
-	int32		key_concurrency;	/* 0 = no limit */
-	double		rate;			/* claims started per second; 0 = no limit */
-	int32		burst;			/* bucket size for rate */
-	bool		paused;
-	int64		timeout_us;		/* execution deadline from the claim; 0 = none */
-	double		key_rate;		/* claims per second per fair key; 0 = none */
-	int32		key_burst;		/* its bucket size */
-} PgjqQueue;
 
 /*
  * Settings for create_queue/alter_queue; a negative value means "unset"
@@ -60,25 +44,6 @@ typedef struct PgjqQueueSettings
 	double		key_rate;
 	int32		key_burst;
 } PgjqQueueSettings;
-
-/*
- * How many jobs of a fair key a claim may take: reserve() is asked before a
- * round with how many the round may pick and returns how many it may
- * (reserving them); release() gives back part of a reservation before the
- * round; settle() is told afterwards how many were picked.  Set up
- * by the API layer from the queue's limits (limits.c).
- */
-typedef struct PgjqClaimQuota
-{
-	int			(*reserve) (struct PgjqClaimQuota *quota, const char *fair_key, int want);
-	void		(*settle) (struct PgjqClaimQuota *quota, const char *fair_key, int reserved, int picked);
-	void		(*release) (struct PgjqClaimQuota *quota, const char *fair_key, int n);
-	const PgjqQueue *queue;
-	bool		per_key_limit;	/* false: reserve() grants all, settle()
-								 * counts */
-	bool		key_rate_cut;	/* out: a key's key_rate held jobs back */
-	void	   *state;
-} PgjqClaimQuota;
 
 /*
  * Engine events that shared-memory features follow; NULL without
@@ -202,20 +167,6 @@ extern PgjqCancelResult pgjq_storage_cancel(int64 id, TimestampTz now);
 extern int	pgjq_storage_key_jobs(int32 queue_id, const char *fair_key, int64 **ids);
 extern int64 pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz now);
 
-/* outcome.c: the outcome of a failed attempt (fail, rescue), and applying it */
-extern char pgjq_outcome_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
-							  TimestampTz now);
-extern char pgjq_outcome_rescue_ring(int64 id, int64 token, TimestampTz now);
-
-/* outcome.c: the outcomes of a worker's cycle (complete_and_claim) */
-extern int64 pgjq_outcome_cycle(int n, Datum *ids, Datum *tokens, Datum *errors,
-								bool *error_nulls, Datum *results, bool *result_nulls,
-								TimestampTz now);
-
-/* outcome.c: a results argument (jsonb[]) checked; -1 when NULL or absent */
-extern int	pgjq_outcome_results(FunctionCallInfo fcinfo, int argno, Datum **values,
-								 bool **nulls);
-
 /* storage_maintenance.c */
 extern int64 pgjq_storage_promote(TimestampTz now, int limit);
 extern TimestampTz pgjq_storage_next_deadline(void);
@@ -257,4 +208,134 @@ extern int64 pgjq_history_summarize(TimestampTz now);
 extern int	pgjq_history_prune_one(TimestampTz now, int skip, int64 *pruned);
 extern int64 pgjq_history_prune(TimestampTz now);
 
-#endif							/* PGJQ_STORAGE_H */
+/* ---------------------------------------------------------------------
+ * the ring engine (docs/design.md, "The ring engine"; ring.h)
+ * --------------------------------------------------------------------- */
+
+/*
+ * Whether the ring has positions for n more ready jobs, with headroom
+ * (1/16 of pgjq.ring_positions) for producers that ask at the same time;
+ * when it has not, enqueue stores the jobs in pgjq.job instead (claims find
+ * them there), so a backlog beyond the ring's shared memory is slower, not
+ * refused.  True without the preload (the ring's calls then say what is
+ * missing).
+ */
+extern bool pgjq_ring_has_room(int n);
+
+/* ring_store.c: the engine's operations, between pgjq_storage_begin/end */
+extern void pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs);
+extern int	pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
+							const char *worker, PgjqClaimQuota *quota, int64 *token,
+							PgjqClaimedJob *jobs);
+
+/*
+ * Whether a claim of the queue should move ready rows of pgjq.job into the
+ * ring first: it may have some.  *gen is what to pass to
+ * pgjq_ring_table_empty when it then had none.
+ */
+extern bool pgjq_ring_table_first(int32 queue_id, uint64 *gen);
+extern void pgjq_ring_table_empty(int32 queue_id, uint64 gen);
+
+/*
+ * Complete the pairs that are jobs in flight (the others are stale).
+ * results (jsonb, NULL pointer for none; an element with result_nulls[i]
+ * set has none) are kept with the completed jobs in job_done.  Returns how
+ * many it completed.
+ */
+extern int64 pgjq_ring_complete(int n, Datum *ids, Datum *tokens, const Datum *results,
+								const bool *result_nulls, TimestampTz now);
+
+/* what became of (id, token) */
+#define PGJQ_RING_NOT_MINE	0	/* not a job in flight */
+#define PGJQ_RING_STALE		1	/* a ring job, but the token is stale */
+
+/*
+ * Extend the lease of (id, token) to now + extend_us (the queue's lease when
+ * negative), but not past its claim's deadline (the queue's timeout), if it
+ * is a ring job in flight: PGJQ_RING_EXTENDED (*lease_until set),
+ * PGJQ_RING_CANCELLED (its cancellation was requested: it ended as
+ * cancelled), PGJQ_RING_TIMED_OUT (its deadline has passed: nothing
+ * changes, rescue ends the attempt), PGJQ_RING_STALE, or PGJQ_RING_NOT_MINE.
+ */
+#define PGJQ_RING_EXTENDED	3
+#define PGJQ_RING_CANCELLED	5
+#define PGJQ_RING_TIMED_OUT	6
+
+/* the execution deadline of (id, token) in flight; 0 if none or not in flight */
+extern TimestampTz pgjq_ring_deadline(int64 id, int64 token);
+
+/*
+ * fail (snooze_until 0) or snooze of (id, token) if it is a ring job in
+ * flight, without moving it first; lease_before (rescue): only if its lease
+ * ends before that.  PGJQ_RING_FAILED with *outcome ('s': scheduled at
+ * *run_at in pgjq.job; or PGJQ_FINISHED_DEAD), PGJQ_RING_STALE, or
+ * PGJQ_RING_NOT_MINE.
+ */
+#define PGJQ_RING_FAILED	4
+extern int	pgjq_ring_fail(int64 id, int64 token, const char *error, int64 retry_in_us,
+						   TimestampTz snooze_until, TimestampTz lease_before,
+						   TimestampTz now, char *outcome, TimestampTz *run_at);
+extern int	pgjq_ring_heartbeat(int64 id, int64 token, int64 extend_us, TimestampTz now,
+								TimestampTz *lease_until);
+
+/*
+ * due jobs from pgjq.job into the ring (maintenance.c); ready rows of a
+ * queue into the ring (a claim: *left, some may be left)
+ */
+extern int64 pgjq_ring_promote(TimestampTz now, int limit);
+extern int64 pgjq_ring_promote_ready(int32 queue_id, int limit, bool *left);
+extern void pgjq_ring_refusals(int64 *n, TimestampTz *at, const char **bound);
+
+/*
+ * cancel of a ring job in flight: its cancellation is requested (true); of
+ * a ready one: it ends as cancelled (true); false if it is neither
+ */
+extern bool pgjq_ring_request_cancel(int64 id);
+
+/* cancel of a ready ring job: it ends as cancelled; false if none */
+extern bool pgjq_ring_take_ready(int64 id);
+
+/* a claim of the queue could take a ring job now (a lane not parked) */
+extern bool pgjq_ring_claimable(int32 queue_id);
+
+/* one step of giving space back: truncation, or relocation of stragglers */
+#define PGJQ_RING_RECLAIM_MAX 100000
+extern int64 pgjq_ring_reclaim(int limit);
+
+/* ring claims whose lease ended before now (at most limit) */
+extern int	pgjq_ring_expired(TimestampTz now, int limit, int64 *ids, int64 *tokens);
+extern TimestampTz pgjq_ring_next_deadline(void);
+
+/*
+ * purge (drop false): end the queue's ready ring jobs.  drop_queue (drop
+ * true): the same, and with force its running ones too; without force,
+ * nothing changes when it has running ones.  Waits for open transactions
+ * that claim or finish the queue's ring jobs.  Returns how many running ring
+ * jobs the queue has, *ready how many ready ones it ended.
+ */
+extern int64 pgjq_ring_drop_jobs(int32 queue_id, bool drop, bool force, int64 *ready);
+
+/* verify(): where shared memory and the ring's tables disagree */
+extern int	pgjq_ring_verify(PgjqVerifyRow **rows);
+
+/*
+ * the ring's ready and running jobs of a queue, and when its oldest ready
+ * job was enqueued (0: none), from shared memory; committed: as the
+ * committed state says (a claim still open leaves its jobs ready), else as
+ * a claim would find them now
+ */
+extern void pgjq_ring_counts(int32 queue_id, bool committed, int64 *ready, int64 *running,
+							 TimestampTz *oldest);
+
+/* the job's queue and fair key ("" for none) if (id, token) is in flight */
+extern bool pgjq_ring_job_key(int64 id, int64 token, int32 *queue_id, char **fair_key);
+
+/*
+ * key_holds.c: hold a fair key of a queue until a time (claims skip its
+ * ready ring jobs without touching them), or release it.  Both take effect
+ * when the transaction commits; the durable row is pgjq.key_holds.
+ */
+extern void pgjq_key_hold(int32 queue_id, const char *fair_key, TimestampTz until);
+extern bool pgjq_key_release(int32 queue_id, const char *fair_key);
+
+#endif							/* PGJQ_ENGINE_H */
