@@ -696,6 +696,11 @@ ring_flight_remove(int64 id)
 	hash_search(ring_flights, &key, HASH_REMOVE, NULL);
 }
 
+/* ---------------------------------------------------------------------
+ * a slot's count, an in-flight entry's body, a queue's claims, as a
+ * transaction's end moves them (ring_xact.c; the lock held)
+ * --------------------------------------------------------------------- */
+
 /*
  * Lock held: a job of slot s finished or moved to another slot, in
  * transaction xid, which is committing now or has committed
