@@ -23,7 +23,7 @@
  *    registration below is the order they run in: limits.c before
  *    metrics.c, wait.c before the ring.
  *  - What state needs from above: limits.c the ring's running keys
- *    (engine) and the ring's keys freed (state/ring_shmem.c, below it in no
+ *    (engine) and the ring's keys freed (state/ring_records.c, below it in no
  *    order of files), wait.c the dependency tracking (engine/deps.c).
  *
  *-------------------------------------------------------------------------
@@ -35,7 +35,9 @@
 #include "engine/ring.h"
 #include "state/key_rate.h"
 #include "state/limits.h"
+#include "state/ring_records.h"
 #include "state/ring_shmem.h"
+#include "state/ring_xact.h"
 #include "state/wait.h"
 #include "state/worker_slots.h"
 #include "worker/bgworker.h"

@@ -34,6 +34,7 @@
 #include "engine/engine.h"
 #include "state/key_rate.h"
 #include "state/ring_shmem.h"
+#include "state/ring_xact.h"
 #include "state/wait.h"
 
 #include <math.h>

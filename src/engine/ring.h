@@ -21,9 +21,9 @@
  * shared memory, cleared by a claim that found none there), its claims move
  * up to a batch of them into the ring first.
  *
- * ring_shmem.c (src/state) owns the shared state and the transaction
- * callbacks; the ring_*.c files of src/engine (ring_store_internal.h) the
- * tables, the rebuild and the operations.  The
+ * ring_shmem.c, ring_records.c and ring_xact.c (src/state) own the shared
+ * state and the transaction callbacks; the ring_*.c files of src/engine
+ * (ring_store_internal.h) the tables, the rebuild and the operations.  The
  * operations the SQL functions call are declared in engine.h with the rest
  * of the engine's interface; this header has those only the engine's own
  * files (and _PG_init) call.

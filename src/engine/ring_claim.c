@@ -14,7 +14,7 @@
  * test: publication proves them), the claim's 'c' log rows written, dedup
  * keys held only while waiting freed, and the in-flight entries given what
  * an outcome needs (again under the lock).  The entries become everyone's
- * claims when the transaction commits (ring_shmem.c).
+ * claims when the transaction commits (ring_xact.c).
  *
  *-------------------------------------------------------------------------
  */

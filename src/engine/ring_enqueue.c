@@ -8,7 +8,7 @@
  * unique index decides); then the bodies are appended (one heap_insert, or
  * heap_multi_insert for a batch); then, under the ring's LWLock (exclusive),
  * room for their positions is reserved and their lanes pinned, so that the
- * commit callback (ring_shmem.c), which puts them in their lanes, cannot
+ * commit callback (ring_xact.c), which puts them in their lanes, cannot
  * fail.  A bound that is reached raises before anything is published.
  *
  *-------------------------------------------------------------------------

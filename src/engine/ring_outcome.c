@@ -12,7 +12,7 @@
  * log row per claim token closes it durably ('d', 'f', 'x'; 'h' and 'q' for
  * a heartbeat and a cancellation request), and the job is written once where
  * it goes (the history, or a scheduled row of pgjq.job).  The entry leaves
- * the in-flight table when the transaction commits (ring_shmem.c).  A
+ * the in-flight table when the transaction commits (ring_xact.c).  A
  * completion gives space back last, so that the slot's lock is not held
  * while it waits for anyone.
  *

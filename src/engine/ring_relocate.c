@@ -231,7 +231,7 @@ typedef struct Straggler
  * slot, since the claim rows in the oldest slot go with it.  Nothing else
  * changes: a job keeps its lane position, token and lease.  Shared memory
  * moves to the copies when the transaction commits (apply_relocation in
- * ring_shmem.c); until then, and if it rolls back, the old rows serve.  A
+ * ring_xact.c); until then, and if it rolls back, the old rows serve.  A
  * rebuild that finds both copies takes the newer one.  A
  * SHARE UPDATE EXCLUSIVE lock on the old slot's bodies keeps a second
  * relocation and the truncation away meanwhile; claims and outcomes go on.

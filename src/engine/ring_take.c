@@ -8,7 +8,7 @@
  * A ready job is taken as a claim of this transaction that it closes at once
  * (take_closing, under the ring's LWLock, exclusive): one closing log row
  * ('x' or 'f') makes it finished for a rebuild; its lane position comes back
- * if the transaction rolls back (ring_shmem.c).  drop_jobs first waits,
+ * if the transaction rolls back (ring_xact.c).  drop_jobs first waits,
  * without the lock, for open transactions that claim or close jobs of the
  * queue, then takes its ready jobs a thousand at a time.
  *

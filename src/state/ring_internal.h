@@ -2,8 +2,11 @@
  *
  * ring_internal.h
  *	  The ring engine's shared-memory layout and transaction-local state,
- *	  shared by ring_shmem.c (owner), key_rate.c, ring_holds.c and the
- *	  engine's ring files.
+ *	  shared by ring_shmem.c (allocation), ring_records.c (the records),
+ *	  ring_xact.c (transaction notes and callbacks), key_rate.c,
+ *	  ring_holds.c and the engine's ring files.  Within state/ the files use
+ *	  each other in that order only: ring_xact.c uses ring_records.c, both
+ *	  use ring_shmem.c; key_rate.c and ring_holds.c use ring_records.c.
  *
  * Locking rules: one LWLock (ring->lock) protects every shared field here:
  * the per-database records and their slots, the queue records, the lanes
@@ -40,7 +43,8 @@
  *		its list, held the claims not committed; a lane exists while it has
  *		ready or running jobs, pins or a hold, and its priority's record
  *		exactly while lanes of it exist (nlanes).
- *	 I6 every callback keeps these without allocating or failing.
+ *	 I6 every callback (ring_xact.c) keeps these without allocating or
+ *		failing.
  *
  *-------------------------------------------------------------------------
  */
@@ -50,7 +54,9 @@
 #include "common/crash_points.h"
 #include "common/guc.h"
 #include "common/queue_types.h"
+#include "state/ring_records.h"
 #include "state/ring_shmem.h"
+#include "state/ring_xact.h"
 
 #include "storage/itemptr.h"
 #include "storage/lwlock.h"
@@ -300,7 +306,7 @@ extern HTAB *ring_queues;
 extern HTAB *ring_prios;
 extern HTAB *ring_holds;
 
-/* ring_shmem.c: lanes and queues (caller holds ring->lock) */
+/* ring_records.c: lanes and queues (caller holds ring->lock) */
 extern RingQueue *ring_queue_get(int32 queue_id, bool create);
 extern void ring_queue_forget(Oid dbid, int32 queue_id);
 extern RingLane *ring_lane_get(const RingLaneKey *key, RingQueue *q);
@@ -320,6 +326,10 @@ extern RingFlight *ring_flight_find(int64 id);
 extern RingFlight *ring_flight_enter(int64 id);
 extern void ring_flight_remove(int64 id);
 extern void ring_clear_db(RingDb *db);
+extern void ring_slot_left(RingDb *db, int s, TransactionId xid);
+extern void ring_flight_take_reloc(RingDb *db, RingFlight *f);
+extern void ring_claim_ended(RingFlight *f);
+extern void ring_claim_begun(RingFlight *f);
 
 /* key_rate.c's buckets, in ring_shmem.c (ring->lock) */
 typedef struct RingRate
@@ -368,7 +378,7 @@ extern void ring_rate_spend(const PgjqQueue *queue, uint64 keyhash);
 extern void ring_rates_expire_due(void);	/* no lock held */
 extern TimestampTz ring_rates_next(void);	/* any mode */
 
-/* ring_shmem.c: the lane is held back (lock held in any mode) */
+/* ring_records.c: the lane is held back (lock held in any mode) */
 extern bool ring_lane_held(const RingLane *l);
 
 /* ring_holds.c (caller holds ring->lock, unless said otherwise) */
@@ -388,11 +398,11 @@ extern void ring_hold_key_of(RingHoldKey *k, int32 queue_id, const char *fair_ke
 extern void ring_holds_note_change(int32 queue_id, const char *fair_key, TimestampTz until);
 extern int64 ring_holds_install(RingDb *db, const RingHoldRow *rows, int n);
 
-/* ring_shmem.c: this database's record (lock held), created if missing */
+/* ring_records.c: this database's record (lock held), created if missing */
 extern RingDb *ring_db(void);
 extern RingDb *ring_db_find(void);	/* never allocates: any lock mode */
 
-/* ring_shmem.c: transaction-local state */
+/* ring_xact.c: transaction-local state */
 typedef struct RingPendingEnq
 {
 	RingPos		p;
@@ -413,7 +423,6 @@ extern void ring_note_enqueued(const RingPos *p, RingLane *lane);
 extern void ring_reserve_local(int nenq, int nclaim, int nclose);
 extern void ring_note_claimed(int64 id);
 extern void ring_own_claiming(int32 queue_id, int64 *mine, int64 *mine_own);
-extern void ring_claim_begun(RingFlight *f);
 extern int	ring_take_own(int32 queue_id, int max, RingPos *out, RingLane **lanes);
 extern void ring_take_own_undo(const RingPos *pos, int n);
 extern bool ring_has_own(int32 queue_id);

@@ -17,7 +17,7 @@
  * jobs wake about n waiters, not all.  Both kinds of wake-up are sent from a
  * resource-release callback, after every transaction callback: at commit
  * after the catalog invalidations, so a woken claim sees a queue's new
- * settings; at abort after the ring's abort callback (ring_shmem.c) has
+ * settings; at abort after the ring's abort callback (ring_xact.c) has
  * given the claimed jobs back.  Woken from an abort callback, a quick waiter
  * could look before that (the callbacks run newest first, and the ring's is
  * registered first), find the job still held, use up its wake-up and sleep

@@ -192,7 +192,7 @@ wake_installed(void)
 
 /*
  * Wake this database's worker if it plans to sleep past `due`, now, outside
- * any transaction's commit: ring_shmem.c's callbacks, once a claim the
+ * any transaction's commit: ring_xact.c's callbacks, once a claim the
  * worker passed over (being extended or closed) is open again.  Never
  * fails.  The worker itself reads the deadlines again after each pass.
  */
