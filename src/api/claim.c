@@ -25,6 +25,7 @@
  */
 #include "common/args.h"
 #include "state/limits.h"
+#include "state/limits_claim.h"
 #include "api/metrics.h"
 #include "engine/ring.h"
 #include "common/spi_plans.h"

@@ -24,7 +24,7 @@
  *-------------------------------------------------------------------------
  */
 #include "common/args.h"
-#include "state/limits.h"
+#include "state/limits_verify.h"
 #include "engine/ring.h"
 #include "common/spi_plans.h"
 #include "engine/engine.h"

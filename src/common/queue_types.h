@@ -36,7 +36,7 @@ typedef struct PgjqQueue
  * round with how many the round may pick and returns how many it may
  * (reserving them); release() gives back part of a reservation before the
  * round; settle() is told afterwards how many were picked.  Set up
- * by the API layer from the queue's limits (limits.c).
+ * by the API layer from the queue's limits (limits_claim.c).
  */
 typedef struct PgjqClaimQuota
 {

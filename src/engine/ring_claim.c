@@ -19,6 +19,7 @@
  *-------------------------------------------------------------------------
  */
 #include "engine/ring_store_internal.h"
+#include "state/limits_claim.h"
 
 #include "access/genam.h"
 #include "access/heapam.h"
