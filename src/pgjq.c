@@ -17,18 +17,17 @@
  *    AddinShmemInitLock.  Named LWLock tranche "pgjq": 0 worker slots,
  *    1 limit counters, 2 waiters, 3 metrics, 4 ring, 5 dependencies.
  *  - The engine's events (engine.h): limits.c follows left_running and the
- *    begin of a call, wait.c and the ring follow became_ready, metrics.c
- *    (which registers itself, in the api layer) all of them.  Each hook
- *    calls the one registered before it first, so the order of
- *    registration below is the order they run in: limits.c before
- *    metrics.c, wait.c before the ring.
+ *    begin of a call, wait.c and the ring follow became_ready, the metric
+ *    counters (state/metric_counters.c) left_running, the begin of a call
+ *    and jobs_finished.  Each hook calls the one registered before it
+ *    first, so the order of registration below is the order they run in:
+ *    limits.c before the metric counters, wait.c before the ring.
  *  - What state needs from above: limits.c the ring's running keys
  *    (engine) and the ring's keys freed (state/ring_records.c, below it in no
  *    order of files), wait.c the dependency tracking (engine/deps.c).
  *
  *-------------------------------------------------------------------------
  */
-#include "api/metrics.h"
 #include "common/guc.h"
 #include "common/spi_plans.h"
 #include "engine/deps.h"
@@ -36,6 +35,7 @@
 #include "state/key_rate.h"
 #include "state/limits.h"
 #include "state/ring_records.h"
+#include "state/metric_counters.h"
 #include "state/ring_shmem.h"
 #include "state/ring_xact.h"
 #include "state/wait.h"
@@ -57,6 +57,9 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
 static PgjqLeftRunningHook prev_left_running_hook = NULL;
 static PgjqStorageBeginHook prev_storage_begin_hook = NULL;
+static PgjqLeftRunningHook prev_left_running_metrics_hook = NULL;
+static PgjqStorageBeginHook prev_storage_begin_metrics_hook = NULL;
+static PgjqJobsFinishedHook prev_jobs_finished_hook = NULL;
 static PgjqBecameReadyHook prev_became_ready_wait_hook = NULL;
 static PgjqBecameReadyHook prev_became_ready_ring_hook = NULL;
 
@@ -116,6 +119,48 @@ limits_storage_begin(void)
 }
 
 static void
+metrics_left_running(int32 queue_id, const char *fair_key, uint64 keyhash, int n)
+{
+	if (prev_left_running_metrics_hook)
+		prev_left_running_metrics_hook(queue_id, fair_key, keyhash, n);
+	pgjq_metrics_left_running(queue_id);
+}
+
+static void
+metrics_storage_begin(void)
+{
+	if (prev_storage_begin_metrics_hook)
+		prev_storage_begin_metrics_hook();
+	pgjq_metrics_storage_begin();
+}
+
+/* the engine's final states (PGJQ_FINISHED_*) as the counters name them */
+static void
+metrics_jobs_finished(int32 queue_id, char state, int n)
+{
+	PgjqMetric	m;
+
+	if (prev_jobs_finished_hook)
+		prev_jobs_finished_hook(queue_id, state, n);
+	switch (state)
+	{
+		case PGJQ_FINISHED_COMPLETED:
+			m = PGJQ_M_COMPLETED;
+			break;
+		case PGJQ_FINISHED_DEAD:
+			m = PGJQ_M_DEAD;
+			break;
+		case PGJQ_FINISHED_CANCELLED:
+			m = PGJQ_M_CANCELLED;
+			break;
+		default:
+			m = PGJQ_M_NCOUNTERS;	/* not counted */
+			break;
+	}
+	pgjq_metrics_jobs_finished(queue_id, m, n);
+}
+
+static void
 wait_became_ready(int32 queue_id, int n)
 {
 	if (prev_became_ready_wait_hook)
@@ -149,7 +194,12 @@ preload_init(void)
 	pgjq_storage_begin_hook = limits_storage_begin;
 	prev_became_ready_wait_hook = pgjq_became_ready_hook;
 	pgjq_became_ready_hook = wait_became_ready;
-	pgjq_metrics_startup();
+	prev_storage_begin_metrics_hook = pgjq_storage_begin_hook;
+	pgjq_storage_begin_hook = metrics_storage_begin;
+	prev_left_running_metrics_hook = pgjq_left_running_hook;
+	pgjq_left_running_hook = metrics_left_running;
+	prev_jobs_finished_hook = pgjq_jobs_finished_hook;
+	pgjq_jobs_finished_hook = metrics_jobs_finished;
 	pgjq_ring_startup();
 	prev_became_ready_ring_hook = pgjq_became_ready_hook;
 	pgjq_became_ready_hook = ring_became_ready;

@@ -26,7 +26,7 @@
 #include "common/args.h"
 #include "state/limits.h"
 #include "state/limits_claim.h"
-#include "api/metrics.h"
+#include "state/metric_counters.h"
 #include "engine/ring.h"
 #include "common/spi_plans.h"
 #include "api/outcome.h"

@@ -15,7 +15,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "api/metrics.h"
+#include "state/metric_counters.h"
 #include "common/args.h"
 #include "engine/dedup.h"
 #include "engine/deps.h"

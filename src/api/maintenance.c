@@ -20,7 +20,7 @@
 #include "common/args.h"
 #include "engine/dedup.h"
 #include "engine/deps.h"
-#include "api/metrics.h"
+#include "state/metric_counters.h"
 #include "engine/ring.h"
 #include "engine/engine.h"
 #include "api/outcome.h"

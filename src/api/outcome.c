@@ -17,7 +17,7 @@
 #include "api/outcome.h"
 #include "common/args.h"
 #include "engine/ring.h"
-#include "api/metrics.h"
+#include "state/metric_counters.h"
 #include "engine/engine.h"
 #include "state/worker_slots.h"
 

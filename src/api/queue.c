@@ -27,7 +27,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "api/metrics.h"
+#include "state/metric_counters.h"
 #include "common/args.h"
 #include "state/limits.h"
 #include "engine/ring.h"

@@ -60,8 +60,9 @@ extern PgjqBecameReadyHook pgjq_became_ready_hook;
 
 /*
  * n jobs of the queue reached a final state (PGJQ_FINISHED_*) in the current
- * transaction: complete, dead, cancelled.  For the counters of metrics.c;
- * NULL without shared_preload_libraries.
+ * transaction: complete, dead, cancelled.  For the metric counters
+ * (state/metric_counters.c, set by pgjq.c); NULL without
+ * shared_preload_libraries.
  */
 typedef void (*PgjqJobsFinishedHook) (int32 queue_id, char state, int n);
 extern PgjqJobsFinishedHook pgjq_jobs_finished_hook;
