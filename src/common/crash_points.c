@@ -17,6 +17,9 @@
  *   (a truncation or a relocation) has committed.
  * - "ring_relocate": after a relocation wrote its copies and log rows,
  *   before its transaction commits.
+ * - "ring_job_live": in job(id) of a ring job (READ COMMITTED, preloaded),
+ *   after its body was read with the statement's snapshot and before
+ *   shared memory is looked at.
  *
  * pgjq.debug_pause_at names the same points: there the process sleeps
  * PAUSE_MS instead (and goes on), so that a test can act in the window the

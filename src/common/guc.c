@@ -60,9 +60,10 @@ check_crash_point(char **newval, void **extra, GucSource source)
 {
 	if (*newval == NULL || (*newval)[0] == '\0' ||
 		strcmp(*newval, "commit") == 0 || strcmp(*newval, "worker_chunk") == 0 ||
-		strcmp(*newval, "worker_reclaim") == 0 || strcmp(*newval, "ring_relocate") == 0)
+		strcmp(*newval, "worker_reclaim") == 0 || strcmp(*newval, "ring_relocate") == 0 ||
+		strcmp(*newval, "ring_job_live") == 0)
 		return true;
-	GUC_check_errdetail("Known points: commit, worker_chunk, worker_reclaim, ring_relocate.");
+	GUC_check_errdetail("Known points: commit, worker_chunk, worker_reclaim, ring_relocate, ring_job_live.");
 	return false;
 }
 
@@ -125,7 +126,7 @@ pgjq_guc_init(void)
 
 	DefineCustomStringVariable("pgjq.debug_crash_at",
 							   "Test only: the process kills itself (SIGKILL) at this point.",
-							   "Points: commit (after the commit record, before pgjq's shared memory follows it), worker_chunk (in the background worker, between two committed chunks), worker_reclaim (likewise, between two steps of giving the ring's space back), ring_relocate (after a relocation wrote its copies, before it commits).  Empty: never.",
+							   "Points: commit (after the commit record, before pgjq's shared memory follows it), worker_chunk (in the background worker, between two committed chunks), worker_reclaim (likewise, between two steps of giving the ring's space back), ring_relocate (after a relocation wrote its copies, before it commits), ring_job_live (in job(id) of a ring job, between the snapshot's read and shared memory's).  Empty: never.",
 							   &pgjq_debug_crash_at,
 							   "",
 							   PGC_SUSET,

@@ -15,6 +15,7 @@
 
 #include "optimizer/cost.h"
 #include "optimizer/planner.h"
+#include "utils/snapmgr.h"
 
 static planner_hook_type prev_planner_hook = NULL;
 
@@ -85,7 +86,8 @@ prepare(PgjqPlan *plan)
 }
 
 static int
-run(PgjqPlan *plan, Datum *values, const char *nulls, bool read_only, long count)
+run(PgjqPlan *plan, Datum *values, const char *nulls, bool read_only, long count,
+	Snapshot snapshot)
 {
 	PgjqPlan   *outer = executing;
 	int			rc;
@@ -94,7 +96,11 @@ run(PgjqPlan *plan, Datum *values, const char *nulls, bool read_only, long count
 	executing = plan;
 	PG_TRY();
 	{
-		rc = SPI_execute_plan(prepare(plan), values, nulls, read_only, count);
+		if (snapshot != InvalidSnapshot)
+			rc = SPI_execute_snapshot(prepare(plan), values, nulls, snapshot,
+									  InvalidSnapshot, read_only, false, count);
+		else
+			rc = SPI_execute_plan(prepare(plan), values, nulls, read_only, count);
 	}
 	PG_FINALLY();
 	{
@@ -117,7 +123,19 @@ run(PgjqPlan *plan, Datum *values, const char *nulls, bool read_only, long count
 int
 pgjq_spi_run(PgjqPlan *plan, Datum *values, const char *nulls, long count)
 {
-	return run(plan, values, nulls, false, count);
+	return run(plan, values, nulls, false, count, InvalidSnapshot);
+}
+
+/*
+ * The same with the latest snapshot, whatever the isolation level: for a
+ * second look at what shared memory let go during the first one (a job whose
+ * outcome committed after the first look's snapshot), which the latest
+ * snapshot shows, as pgjq's commit callbacks run after the commit is visible.
+ */
+int
+pgjq_spi_run_latest(PgjqPlan *plan, Datum *values, const char *nulls, long count)
+{
+	return run(plan, values, nulls, false, count, GetLatestSnapshot());
 }
 
 /* Column col (1-based) of result row `row` of the last execution. */

@@ -47,6 +47,7 @@ typedef struct PgjqPlan
 
 extern void pgjq_spi_plans_init(void);
 extern int	pgjq_spi_run(PgjqPlan *plan, Datum *values, const char *nulls, long count);
+extern int	pgjq_spi_run_latest(PgjqPlan *plan, Datum *values, const char *nulls, long count);
 extern Datum pgjq_spi_get(int row, int col, bool *isnull);
 extern int64 pgjq_spi_get_int64(int row, int col);
 extern void pgjq_spi_exec_utility(const char *sql);

@@ -15,6 +15,7 @@
  *-------------------------------------------------------------------------
  */
 #include "engine/ring_store_internal.h"
+#include "common/crash_points.h"
 
 #include "access/genam.h"
 #include "access/heapam.h"
@@ -181,6 +182,8 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 		bool		waited = false;
 
 		ring_body_lane_key(&b, &key);
+		/* tests: the window between the snapshot's read and shared memory */
+		pgjq_crash_point("ring_job_live");
 again:
 		LWLockAcquire(ring->lock, LW_SHARED);
 		f = ring_flight_find(id);
