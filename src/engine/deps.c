@@ -533,8 +533,8 @@ pgjq_deps_enqueue(const PgjqQueue *queue, PgjqNewJobs *jobs, PgjqJobDeps *deps,
 		/*
 		 * Twice, as the worker's look below: a job whose outcome commits
 		 * during the look (after its snapshot, before job() reads shared
-		 * memory) is gone from shared memory while the snapshot does not
-		 * show its history row; the second look's latest snapshot does.
+		 * memory) is gone from shared memory while the snapshot does not show
+		 * its history row; the second look's latest snapshot does.
 		 */
 		if (SPI_processed > 0)
 			pgjq_spi_run_latest(&plan_missing, v, NULL, 1);
@@ -840,12 +840,12 @@ close_finished(int64 *xs, int n, const int64 *kx, const char *ks, int nk,
 	}
 
 	/*
-	 * A job with no row anywhere is gone (its queue was dropped).  Looked
-	 * for only when a drop happened or after a start (job(id) for each
-	 * unfinished target is the costly part), and twice: a job whose
-	 * completion commits during the look can be gone from shared memory
-	 * while the look's snapshot does not show its history row yet; the
-	 * second look has a newer snapshot, taken after shared memory let it go.
+	 * A job with no row anywhere is gone (its queue was dropped).  Looked for
+	 * only when a drop happened or after a start (job(id) for each unfinished
+	 * target is the costly part), and twice: a job whose completion commits
+	 * during the look can be gone from shared memory while the look's
+	 * snapshot does not show its history row yet; the second look has a newer
+	 * snapshot, taken after shared memory let it go.
 	 */
 	if (look_for_gone && nf - nlooked < n)
 	{
@@ -875,8 +875,8 @@ close_finished(int64 *xs, int n, const int64 *kx, const char *ks, int nk,
 				{
 					char	   *state = TextDatumGetCString(st);
 					char		c = strcmp(state, "completed") == 0 ? 'c' :
-						strcmp(state, "dead") == 0 ? 'd' :
-						strcmp(state, "cancelled") == 0 ? 'x' : 0;
+					strcmp(state, "dead") == 0 ? 'd' :
+					strcmp(state, "cancelled") == 0 ? 'x' : 0;
 
 					/* finished since the look above: taken now */
 					if (c != 0 && pass == 1)
@@ -1029,15 +1029,19 @@ pgjq_deps_resolve_chunk(void)
 	 * The worker's chunk need not wait for its WAL flush: if a crash loses
 	 * it, the first look after the restart does it again (the edges and the
 	 * finished dependencies are still there), and a claim of a released job
-	 * flushes this chunk's WAL with its own commit, which comes after it.
-	 * One flush fewer between a completion and its dependent's pickup.
-	 * (Local to the chunk's transaction, like SET LOCAL.)
+	 * flushes this chunk's WAL with its own commit, which comes after it. One
+	 * flush fewer between a completion and its dependent's pickup. (Local to
+	 * the chunk's transaction, like SET LOCAL.)
 	 */
 	if (IsBackgroundWorker)
 	{
 		(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
-		/* a full look's estimates can pass jit_above_cost: compiling costs more */
+
+		/*
+		 * a full look's estimates can pass jit_above_cost: compiling costs
+		 * more
+		 */
 		(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
 	}
@@ -1110,7 +1114,8 @@ pgjq_deps_resolve_chunk(void)
 				DepTarget  *e = hash_search(dtargets, &key, HASH_ENTER_NULL, &found);
 
 				if (e == NULL)
-					break;		/* full: enqueues say so; these are looked at below */
+					break;		/* full: enqueues say so; these are looked at
+								 * below */
 				if (!found)
 				{
 					e->edges = 0;

@@ -148,7 +148,8 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 	bool		ready = false,
 				running = false;
 	TimestampTz lease = 0;
-	Datum		values[18];		/* pgjq.job_info; result (16) and waiting_for (17) stay NULL */
+	Datum		values[18];		/* pgjq.job_info; result (16) and waiting_for
+								 * (17) stay NULL */
 	bool		nulls[18];
 	char	   *qname = NULL;
 	char	   *worker = NULL;

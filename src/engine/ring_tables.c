@@ -134,10 +134,10 @@ ring_slot_for_write(int appending)
 
 	/*
 	 * Every transaction that writes to a slot before one of its 'g' rows has
-	 * committed writes one too, so no committed row of the slot is without
-	 * a committed 'g' row of the slot's generation (once per slot and turn,
-	 * a handful of rows at most).  The slot cannot be truncated meanwhile:
-	 * this transaction is one of its writers.
+	 * committed writes one too, so no committed row of the slot is without a
+	 * committed 'g' row of the slot's generation (once per slot and turn, a
+	 * handful of rows at most).  The slot cannot be truncated meanwhile: this
+	 * transaction is one of its writers.
 	 */
 	if (mark != 0)
 	{

@@ -490,7 +490,7 @@ apply_pending(void)
 	for (int i = 0; i < npending; i++)
 	{
 		PendingMetric *p = &pending[i];
-		PgjqMetricsKey	key;
+		PgjqMetricsKey key;
 		PgjqQueueMetrics *e;
 		bool		found;
 
