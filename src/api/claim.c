@@ -5,7 +5,7 @@
  *	  complete_and_claim(queue, ids, tokens, batch, lease, worker, errors)
  *	  and the procedure await(queues[], wait).
  *
- * Leases up to `batch` ready jobs in fair order (ring_store.c), from the
+ * Leases up to `batch` ready jobs in fair order (engine/ring_claim.c), from the
  * queues in the order given, within each queue's limits (limits.c), and
  * returns them as pgjq.claimed rows.  Every claim call that leases a job
  * draws one new fencing token from a sequence (never reused, not even after

@@ -12,7 +12,7 @@
  *   id and token in use, the history partitions and their registry agree;
  * - shared memory against the tables (limits.c): the running counts behind
  *   concurrency and key_concurrency limits;
- * - the ring engine's shared memory against its tables (ring_store.c): the
+ * - the ring engine's shared memory against its tables (engine/ring_verify.c): the
  *   ready and running ring jobs and each slot's unfinished count.
  * A transaction that claims or finishes jobs while verify() runs makes the
  * counters and the table differ until it ends, so a difference is reported

@@ -3,7 +3,7 @@
  * engine.h
  *	  The interface between pgjq's SQL API and its storage engine: every
  *	  store operation the api layer (and the worker) uses, the ring's
- *	  (ring_store.c) and pgjq.job's with its history (storage_*.c).
+ *	  (the ring_*.c files) and pgjq.job's with its history (storage_*.c).
  *
  * The API layer (queue.c, enqueue.c, claim.c, outcome.c, maintenance.c)
  * validates arguments and decides semantics; only the engine's files know
@@ -223,7 +223,7 @@ extern int64 pgjq_history_prune(TimestampTz now);
  */
 extern bool pgjq_ring_has_room(int n);
 
-/* ring_store.c: the engine's operations, between pgjq_storage_begin/end */
+/* ring_*.c: the engine's operations, between pgjq_storage_begin/end */
 extern void pgjq_ring_enqueue(int32 queue_id, int32 max_attempts, PgjqNewJobs *jobs);
 extern int	pgjq_ring_claim(const PgjqQueue *queue, int batch, TimestampTz lease_until,
 							const char *worker, PgjqClaimQuota *quota, int64 *token,

@@ -12,8 +12,8 @@
  * the latest lease of its 'c' and 'h' rows ('q': its cancellation was
  * requested): a job leased before a crash is not handed to
  * anyone else before that lease ends.  The rebuild scans the live slots in
- * full (about 1.5 microseconds per live body row, bench/spike/README.md) at
- * the first ring call of a database after a start, under ExclusiveLock on
+ * full (about 1.8 microseconds per live body row: 330,803 in 594 ms after
+ * bench/fr1/run's turned phase) at the first ring call of a database after a start, under ExclusiveLock on
  * pgjq.ring_log_0 so that concurrent first calls wait for it.
  *
  * Order: records of dropped databases freed, the OIDs looked up, this

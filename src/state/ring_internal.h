@@ -27,7 +27,7 @@
  * in-flight entries exist from the claim on.
  *
  * Invariants (docs/design.md, "Durability"; pgjq.verify() checks those
- * marked [v] against the tables, ring_store.c verify_once):
+ * marked [v] against the tables, engine/ring_verify.c):
  *	 I1 [v] every unfinished job of the tables is in one place here, a lane
  *		(ready) or the in-flight table (with the token of its newest claim),
  *		pointing at its newest body; no finished job is.
@@ -247,7 +247,7 @@ typedef struct RingSlot
 	 * database's next generation, and the first transaction that writes to it
 	 * also writes a 'g' row (token = gen) into its log; marked once one such
 	 * row has committed.  The rebuild orders the slots by their 'g' rows,
-	 * never by ids (ring_store.c, current_slot).
+	 * never by ids (engine/ring_rebuild.c, current_slot).
 	 */
 	uint64		gen;			/* 0: clean, or a 0.2.0 slot without 'g' row */
 	bool		marked;			/* a committed 'g' row of gen is in its log */
@@ -255,7 +255,7 @@ typedef struct RingSlot
 	/*
 	 * The newest transaction that finished a job of the slot or moved one out
 	 * of it: TRUNCATE is not MVCC-safe, so the slot is truncated only once no
-	 * snapshot is older than that (ring_store.c, maybe_truncate)
+	 * snapshot is older than that (engine/ring_relocate.c, maybe_truncate)
 	 */
 	TransactionId left_xid;
 } RingSlot;
@@ -281,7 +281,7 @@ typedef struct RingDb
 	int32		refused_bound;	/* of the latest: 1 queues, 2 lanes, 3
 								 * priorities */
 	TimestampTz truncate_woken; /* a claim in a block woke the worker to
-								 * truncate (ring_store.c, client_truncate) */
+								 * truncate (engine/ring_relocate.c, ring_client_truncate) */
 } RingDb;
 
 typedef struct RingShared

@@ -104,7 +104,7 @@ static int	n_touch = 0,
 
 /*
  * Jobs whose bodies this transaction copied out of the oldest slot
- * (ring_store.c's relocation): when it commits, their lane node or in-flight
+ * (engine/ring_relocate.c's relocation): when it commits, their lane node or in-flight
  * entry moves to the copy (see apply_relocation).
  */
 typedef struct RingPendingReloc

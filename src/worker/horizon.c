@@ -172,7 +172,7 @@ run_holder_query(void)
 
 /*
  * pgjq.health(): the horizon's holder and ages, and the due jobs the ring
- * had no room for (ring_store.c, promote_refused), as one row.  Runs as the
+ * had no room for (engine/ring_promote.c, promote_refused), as one row.  Runs as the
  * extension owner (SECURITY DEFINER), so it sees every session.
  */
 Datum
