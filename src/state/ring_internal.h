@@ -281,7 +281,8 @@ typedef struct RingDb
 	int32		refused_bound;	/* of the latest: 1 queues, 2 lanes, 3
 								 * priorities */
 	TimestampTz truncate_woken; /* a claim in a block woke the worker to
-								 * truncate (engine/ring_relocate.c, ring_client_truncate) */
+								 * truncate (engine/ring_relocate.c,
+								 * ring_client_truncate) */
 } RingDb;
 
 typedef struct RingShared
