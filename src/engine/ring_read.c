@@ -136,6 +136,48 @@ PG_FUNCTION_INFO_V1(pgjq_ring_counts_sql);
  * pgjq.job_info row; nothing when the ring does not hold it unfinished (a
  * finished ring job is in pgjq.job_done, a moved one in pgjq.job).
  */
+/* job(id) looking again (below): its inner _ring_job call does not */
+static bool second_look = false;
+
+/*
+ * The job's body is in this statement's snapshot, but the job is no longer
+ * in shared memory: its outcome (complete, fail, cancel) committed after the
+ * snapshot was taken, and the rows that say what it became (job_done,
+ * job_history, pgjq.job), which job() reads before asking here, are not in
+ * that snapshot.  Without a second look job(id) would say "no such job" for
+ * an instant: wait_jobs() reported it as unknown, enqueue(after) refused it.
+ * job() again with the latest snapshot shows those rows (pgjq's commit
+ * callbacks run after the commit is visible); a job of a dropped queue has
+ * none, and stays unknown.
+ */
+static void
+look_again(int64 id, ReturnSetInfo *rsinfo)
+{
+	static PgjqPlan plan_job = {"SELECT * FROM pgjq.job($1)", 1, {INT8OID}};
+	Datum		v[1] = {Int64GetDatum(id)};
+
+	second_look = true;
+	PG_TRY();
+	{
+		pgjq_spi_run_latest(&plan_job, v, NULL, 1);
+	}
+	PG_FINALLY();
+	{
+		second_look = false;
+	}
+	PG_END_TRY();
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		Datum		values[18];
+		bool		nulls[18];
+
+		for (int c = 0; c < 18; c++)
+			values[c] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1,
+									  &nulls[c]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+}
+
 Datum
 pgjq_ring_job(PG_FUNCTION_ARGS)
 {
@@ -155,6 +197,7 @@ pgjq_ring_job(PG_FUNCTION_ARGS)
 	char	   *worker = NULL;
 	bool		cancel = false;
 	bool		live;
+	bool		left = false;
 
 	InitMaterializedSRF(fcinfo, 0);
 	live = ring != NULL && ring_ensure_ready(false);
@@ -229,6 +272,7 @@ again:
 		/* the claim row names the worker (it is read without the ring's lock) */
 		if (running)
 			worker = ring_claim_worker(cslot, &ctid, ctoken);
+		left = !ready && !running;
 	}
 	if (ready || running)
 	{
@@ -304,6 +348,8 @@ again:
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		MemoryContextSwitchTo(old);
 	}
+	if (left && !second_look)
+		look_again(id, rsinfo);
 	pgjq_storage_end();
 	return (Datum) 0;
 }
