@@ -27,7 +27,6 @@
 #include "state/limits.h"
 #include "state/limits_claim.h"
 #include "state/metric_counters.h"
-#include "engine/ring.h"
 #include "common/spi_plans.h"
 #include "api/outcome.h"
 #include "common/guc.h"

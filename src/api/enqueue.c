@@ -17,9 +17,6 @@
  */
 #include "state/metric_counters.h"
 #include "common/args.h"
-#include "engine/dedup.h"
-#include "engine/deps.h"
-#include "engine/ring.h"
 #include "engine/engine.h"
 #include "state/worker_slots.h"
 

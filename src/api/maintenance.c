@@ -18,10 +18,7 @@
  */
 #include "api/maintenance.h"
 #include "common/args.h"
-#include "engine/dedup.h"
-#include "engine/deps.h"
 #include "state/metric_counters.h"
-#include "engine/ring.h"
 #include "engine/engine.h"
 #include "api/outcome.h"
 #include "api/schedule.h"

@@ -16,7 +16,6 @@
  */
 #include "api/outcome.h"
 #include "common/args.h"
-#include "engine/ring.h"
 #include "state/metric_counters.h"
 #include "engine/engine.h"
 #include "state/worker_slots.h"

@@ -30,7 +30,6 @@
 #include "state/metric_counters.h"
 #include "common/args.h"
 #include "state/limits.h"
-#include "engine/ring.h"
 #include "engine/engine.h"
 #include "state/key_rate.h"
 #include "state/ring_shmem.h"

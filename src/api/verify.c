@@ -25,7 +25,6 @@
  */
 #include "common/args.h"
 #include "state/limits_verify.h"
-#include "engine/ring.h"
 #include "common/spi_plans.h"
 #include "engine/engine.h"
 

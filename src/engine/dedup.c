@@ -38,7 +38,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "engine/dedup.h"
 #include "common/args.h"
 #include "engine/ring.h"
 #include "common/spi_plans.h"

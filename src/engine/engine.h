@@ -339,4 +339,54 @@ extern bool pgjq_ring_job_key(int64 id, int64 token, int32 *queue_id, char **fai
 extern void pgjq_key_hold(int32 queue_id, const char *fair_key, TimestampTz until);
 extern bool pgjq_key_release(int32 queue_id, const char *fair_key);
 
+/* dedup.c: enqueue's dedup options, and pruning the dedup_for keys */
+typedef struct PgjqDedup
+{
+	char		scope;			/* 0 until the job ends ('unfinished'), 'w'
+								 * until its claim ('waiting'), 'p' for for_us
+								 * from its enqueue */
+	int64		for_us;
+	bool		replace;		/* on_duplicate => 'replace' */
+	int64		debounce_max_us;	/* 0: no bound */
+} PgjqDedup;
+
+/*
+ * The four arguments from argno on (dedup_scope, dedup_for, on_duplicate,
+ * debounce_max); keyed: the call has a dedup_key (keys_arg names it).
+ */
+extern void pgjq_dedup_args(FunctionCallInfo fcinfo, int argno, bool keyed,
+							const char *keys_arg, PgjqDedup *d);
+
+typedef void (*PgjqStoreJobs) (const PgjqQueue *queue, PgjqNewJobs *jobs);
+
+/*
+ * Store the jobs as store() does, with the dedup options: jobs->ids[i] is
+ * the new job's id, or that of the job holding its key (whose payload and
+ * run_at a replace changed, if it was still waiting).  Between
+ * pgjq_storage_begin and end.
+ */
+extern void pgjq_dedup_store(const PgjqQueue *queue, PgjqNewJobs *jobs, const PgjqDedup *d,
+							 PgjqStoreJobs store);
+
+/* Delete up to limit dedup_for keys that ended before now; returns how many. */
+extern int64 pgjq_dedup_prune(TimestampTz now, int limit);
+
+/* deps.c: enqueue(..., after), and the worker's release of waiting jobs */
+/* One new job's dependencies: existing job ids and earlier positions of the call. */
+typedef struct PgjqJobDeps
+{
+	int			n;
+	int64	   *ids;			/* existing jobs (n_ids of them) */
+	int			n_ids;
+	int		   *positions;		/* 0-based positions of the same call, each
+								 * before this job's */
+	int			n_positions;
+} PgjqJobDeps;
+
+extern char pgjq_deps_failure_arg(FunctionCallInfo fcinfo, int argno);
+extern void pgjq_deps_enqueue(const PgjqQueue *queue, PgjqNewJobs *jobs, PgjqJobDeps *deps,
+							  char on_failure, PgjqStoreJobs store);
+extern int64 pgjq_deps_resolve_chunk(void);
+extern int64 pgjq_deps_resolve_all(void);
+
 #endif							/* PGJQ_ENGINE_H */

@@ -43,7 +43,6 @@
  */
 #include "worker/bgworker.h"
 #include "common/pgjq_common.h"
-#include "engine/deps.h"
 #include "state/limits.h"
 #include "worker/horizon.h"
 #include "api/maintenance.h"

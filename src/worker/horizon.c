@@ -44,7 +44,6 @@
  */
 #include "common/pgjq_common.h"
 #include "worker/horizon.h"
-#include "engine/ring.h"
 #include "common/spi_plans.h"
 #include "common/guc.h"
 #include "engine/engine.h"
