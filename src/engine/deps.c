@@ -528,16 +528,8 @@ pgjq_deps_enqueue(const PgjqQueue *queue, PgjqNewJobs *jobs, PgjqJobDeps *deps,
 	{
 		Datum		v[1] = {PointerGetDatum(int8_array(named, nnamed))};
 
+		/* job(id) looks again itself if a job left shared memory meanwhile */
 		pgjq_spi_run(&plan_missing, v, NULL, 1);
-
-		/*
-		 * Twice, as the worker's look below: a job whose outcome commits
-		 * during the look (after its snapshot, before job() reads shared
-		 * memory) is gone from shared memory while the snapshot does not show
-		 * its history row; the second look's latest snapshot does.
-		 */
-		if (SPI_processed > 0)
-			pgjq_spi_run_latest(&plan_missing, v, NULL, 1);
 		if (SPI_processed > 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
