@@ -22,12 +22,20 @@
  *    and jobs_finished.  Each hook calls the one registered before it
  *    first, so the order of registration below is the order they run in:
  *    limits.c before the metric counters, wait.c before the ring.
+ *  - The API's guard (api/guard.h) is src/citus/ownership.c: under Citus a
+ *    call runs only on the node that serves its queue or issued its ids;
+ *    the Citus mode also follows the begin of every call (two-phase commit
+ *    of pgjq's local writes next to remote ones, citus/citus_mode.c).
  *  - What state needs from above: limits.c the ring's running keys
  *    (engine) and the ring's keys freed (state/ring_records.c, below it in no
  *    order of files), wait.c the dependency tracking (engine/deps.c).
  *
  *-------------------------------------------------------------------------
  */
+#include "api/guard.h"
+#include "citus/citus_mode.h"
+#include "citus/moves.h"
+#include "citus/ownership.h"
 #include "common/guc.h"
 #include "common/spi_plans.h"
 #include "engine/deps.h"
@@ -59,6 +67,7 @@ static PgjqLeftRunningHook prev_left_running_hook = NULL;
 static PgjqStorageBeginHook prev_storage_begin_hook = NULL;
 static PgjqLeftRunningHook prev_left_running_metrics_hook = NULL;
 static PgjqStorageBeginHook prev_storage_begin_metrics_hook = NULL;
+static PgjqStorageBeginHook prev_storage_begin_citus_hook = NULL;
 static PgjqJobsFinishedHook prev_jobs_finished_hook = NULL;
 static PgjqBecameReadyHook prev_became_ready_wait_hook = NULL;
 static PgjqBecameReadyHook prev_became_ready_ring_hook = NULL;
@@ -134,6 +143,15 @@ metrics_storage_begin(void)
 	pgjq_metrics_storage_begin();
 }
 
+/* Citus's two-phase commit for pgjq's local writes (citus/citus_mode.c) */
+static void
+citus_storage_begin(void)
+{
+	if (prev_storage_begin_citus_hook)
+		prev_storage_begin_citus_hook();
+	pgjq_citus_note_write();
+}
+
 /* the engine's final states (PGJQ_FINISHED_*) as the counters name them */
 static void
 metrics_jobs_finished(int32 queue_id, char state, int n)
@@ -200,6 +218,8 @@ preload_init(void)
 	pgjq_left_running_hook = metrics_left_running;
 	prev_jobs_finished_hook = pgjq_jobs_finished_hook;
 	pgjq_jobs_finished_hook = metrics_jobs_finished;
+	prev_storage_begin_citus_hook = pgjq_storage_begin_hook;
+	pgjq_storage_begin_hook = citus_storage_begin;
 	pgjq_ring_startup();
 	prev_became_ready_ring_hook = pgjq_became_ready_hook;
 	pgjq_became_ready_hook = ring_became_ready;
@@ -210,11 +230,15 @@ void
 _PG_init(void)
 {
 	pgjq_guc_init();
+	pgjq_citus_moves_init();
 	pgjq_spi_plans_init();
 	/* what the state layer calls above it (see the file header) */
 	pgjq_limits_running_keys_hook = pgjq_ring_running_keys;
 	pgjq_limits_keys_freed_hook = pgjq_ring_keys_freed;
 	pgjq_wait_finished_hook = pgjq_deps_note_finished;
+	/* the API's guard: which node serves a call (only under Citus) */
+	pgjq_queue_guard_hook = pgjq_citus_guard_queue;
+	pgjq_ids_guard_hook = pgjq_citus_guard_ids;
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	preload_init();

@@ -23,6 +23,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "api/guard.h"
 #include "common/args.h"
 #include "state/limits.h"
 #include "state/limits_claim.h"
@@ -102,7 +103,10 @@ static void
 lookup_queues(char **names, int n, PgjqQueue *queues)
 {
 	for (int i = 0; i < n; i++)
+	{
+		pgjq_guard_queue(names[i], PGJQ_GUARD_USE);
 		pgjq_storage_queue_get_or_error(names[i], &queues[i]);
+	}
 }
 
 /*
@@ -478,6 +482,8 @@ pgjq_complete_and_claim(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("results must have as many elements as ids"),
 				 errdetail("ids has %d elements, results has %d.", nids, nres)));
+	pgjq_guard_queue(name, PGJQ_GUARD_USE);
+	pgjq_guard_id_datums(idv, nids);
 	pgjq_srf_materialize(fcinfo);
 
 	if (nids > 0)

@@ -15,6 +15,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "api/guard.h"
 #include "state/metric_counters.h"
 #include "common/args.h"
 #include "engine/engine.h"
@@ -245,6 +246,8 @@ static void
 queue_for_enqueue(const char *name, PgjqQueue *queue)
 {
 	pgjq_storage_queue_lock(name, RowExclusiveLock);
+	/* after the lock: a move's fence waits for it and is seen after it */
+	pgjq_guard_queue(name, PGJQ_GUARD_ADD);
 	pgjq_storage_queue_get_or_error(name, queue);
 }
 

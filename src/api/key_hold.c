@@ -9,6 +9,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "api/guard.h"
 #include "common/args.h"
 #include "engine/engine.h"
 #include "state/ring_shmem.h"
@@ -52,6 +53,7 @@ pgjq_hold_key(PG_FUNCTION_ARGS)
 				 errhint("release_key() ends a hold.")));
 	pgjq_ring_require();
 	pgjq_storage_begin();
+	pgjq_guard_queue(name, PGJQ_GUARD_USE);
 	pgjq_storage_queue_get_or_error(name, &queue);
 	pgjq_key_hold(queue.queue_id, key, until);
 	pgjq_storage_end();
@@ -69,6 +71,7 @@ pgjq_release_key(PG_FUNCTION_ARGS)
 
 	pgjq_ring_require();
 	pgjq_storage_begin();
+	pgjq_guard_queue(name, PGJQ_GUARD_USE);
 	pgjq_storage_queue_get_or_error(name, &queue);
 	released = pgjq_key_release(queue.queue_id, key);
 	pgjq_storage_end();

@@ -19,6 +19,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "api/guard.h"
 #include "common/args.h"
 #include "common/spi_plans.h"
 #include "engine/engine.h"
@@ -236,6 +237,7 @@ collect(const char *name, Collector *c)
 	pgjq_storage_begin();
 	if (name)
 	{
+		pgjq_guard_queue(name, PGJQ_GUARD_USE);
 		pgjq_storage_queue_get_or_error(name, &queue);
 		only = queue.queue_id;
 	}

@@ -14,6 +14,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "api/guard.h"
 #include "api/outcome.h"
 #include "common/args.h"
 #include "state/metric_counters.h"
@@ -145,6 +146,7 @@ pgjq_complete(PG_FUNCTION_ARGS)
 		pgjq_check_payload(result, "result");
 		no_result = false;
 	}
+	pgjq_guard_id_datums(&id, 1);
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
 	n = complete_jobs(1, &id, &token, no_result ? NULL : &result, &no_result, now);
@@ -203,6 +205,7 @@ pgjq_complete_many(PG_FUNCTION_ARGS)
 		PG_RETURN_INT64(0);
 	int8_elements(ids, "ids", &idv, &nids);
 	int8_elements(tokens, "tokens", &tokv, &ntok);
+	pgjq_guard_id_datums(idv, nids);
 
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
@@ -332,6 +335,7 @@ pgjq_fail(PG_FUNCTION_ARGS)
 	error = error_arg(fcinfo, 2);
 	retry_in_us = pgjq_arg_interval(fcinfo, 3, "retry_in", 0, true, MAX_DELAY_US, -1);
 	hold_us = pgjq_arg_interval(fcinfo, 4, "hold_key_for", 0, false, 365 * USECS_PER_DAY, 0);
+	pgjq_guard_ids(&id, 1);
 
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
@@ -378,6 +382,7 @@ pgjq_heartbeat(PG_FUNCTION_ARGS)
 	id = PG_GETARG_INT64(0);
 	token = PG_GETARG_INT64(1);
 	extend_us = pgjq_arg_interval(fcinfo, 2, "extend", 0, false, 7 * USECS_PER_DAY, -1);
+	pgjq_guard_ids(&id, 1);
 
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
@@ -428,6 +433,7 @@ pgjq_snooze(PG_FUNCTION_ARGS)
 	id = PG_GETARG_INT64(0);
 	token = PG_GETARG_INT64(1);
 	delay_us = pgjq_arg_interval(fcinfo, 2, "delay", 0, true, MAX_DELAY_US, 0);
+	pgjq_guard_ids(&id, 1);
 
 	pgjq_storage_begin();
 	pgjq_metrics_call_begin();
@@ -483,8 +489,11 @@ Datum
 pgjq_cancel(PG_FUNCTION_ARGS)
 {
 	bool		found;
+	int64		id;
 
 	pgjq_arg_not_null(fcinfo, 0, "id");
+	id = PG_GETARG_INT64(0);
+	pgjq_guard_ids(&id, 1);
 	pgjq_storage_begin();
 	found = cancel_one(PG_GETARG_INT64(0), GetCurrentTimestamp());
 	pgjq_storage_end();
@@ -542,6 +551,7 @@ pgjq_cancel_many(PG_FUNCTION_ARGS)
 	ids = palloc(sizeof(int64) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 		ids[i] = DatumGetInt64(idv[i]);
+	pgjq_guard_ids(ids, n);
 	pgjq_storage_begin();
 	done = cancel_ids(ids, n);
 	pgjq_storage_end();
@@ -565,6 +575,7 @@ pgjq_cancel_key(PG_FUNCTION_ARGS)
 	int			n;
 	int64		done;
 
+	pgjq_guard_queue(name, PGJQ_GUARD_USE);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(name, &queue);
 	n = pgjq_storage_key_jobs(queue.queue_id, key, &ids);
@@ -587,6 +598,7 @@ pgjq_retry_dead(PG_FUNCTION_ARGS)
 				 errmsg("ids must not contain nulls")));
 	pgjq_storage_begin();
 	pgjq_storage_queue_lock(name, RowExclusiveLock);
+	pgjq_guard_queue(name, PGJQ_GUARD_ADD);
 	pgjq_storage_queue_get_or_error(name, &queue);
 	n = pgjq_storage_retry_dead(queue.queue_id, ids, GetCurrentTimestamp());
 	pgjq_storage_end();

@@ -27,6 +27,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "api/guard.h"
 #include "state/metric_counters.h"
 #include "common/args.h"
 #include "state/limits.h"
@@ -146,6 +147,7 @@ pgjq_create_queue(PG_FUNCTION_ARGS)
 	check_backoff(s.backoff_base_us, s.backoff_max_us);
 	pgjq_ring_require();
 
+	pgjq_guard_queue(name, PGJQ_GUARD_CREATE);
 	pgjq_storage_begin();
 	if (!pgjq_storage_queue_insert(name, &s))
 		ereport(ERROR,
@@ -163,6 +165,7 @@ pgjq_alter_queue(PG_FUNCTION_ARGS)
 	PgjqQueue	queue;
 
 	read_settings(fcinfo, &s);
+	pgjq_guard_queue(name, PGJQ_GUARD_USE);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(name, &queue);
 	check_backoff(s.backoff_base_us >= 0 ? s.backoff_base_us : queue.backoff_base_us,
@@ -195,6 +198,7 @@ pgjq_drop_queue(PG_FUNCTION_ARGS)
 	PgjqQueue	queue;
 	int64		running;
 
+	pgjq_guard_queue(name, PGJQ_GUARD_USE);
 	pgjq_storage_begin();
 	pgjq_storage_queue_lock(name, AccessExclusiveLock);
 	pgjq_storage_queue_get_or_error(name, &queue);
@@ -224,6 +228,7 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
 	PgjqQueue	queue;
 
+	pgjq_guard_queue(name, PGJQ_GUARD_USE);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(name, &queue);
 	pgjq_storage_queue_set_paused(queue.queue_id, paused);
@@ -253,6 +258,7 @@ pgjq_purge(PG_FUNCTION_ARGS)
 	PgjqQueue	queue;
 	int64		n;
 
+	pgjq_guard_queue(name, PGJQ_GUARD_USE);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(name, &queue);
 	n = pgjq_storage_queue_purge(queue.queue_id);

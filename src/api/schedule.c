@@ -23,6 +23,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "api/guard.h"
 #include "api/schedule.h"
 #include "common/args.h"
 #include "common/cron.h"
@@ -147,6 +148,7 @@ pgjq_schedule(PG_FUNCTION_ARGS)
 				 errmsg("cron expression \"%s\" never fires", expr),
 				 errdetail("It matches no time in the next five years.")));
 
+	pgjq_guard_queue(queue_name, PGJQ_GUARD_USE);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(queue_name, &queue);
 	values[0] = CStringGetTextDatum(name);

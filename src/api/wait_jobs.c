@@ -21,6 +21,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "api/guard.h"
 #include "common/args.h"
 #include "state/limits.h"
 #include "common/spi_plans.h"
@@ -107,6 +108,7 @@ pgjq_wait_jobs(PG_FUNCTION_ARGS)
 	if (n == 0)
 		return (Datum) 0;
 	idv = (int64 *) ARR_DATA_PTR(ids);
+	pgjq_guard_ids(idv, n);
 	deadline = GetCurrentTimestamp() + Min(wait_us, (int64) pgjq_max_wait_ms * 1000);
 
 	if (SPI_connect() != SPI_OK_CONNECT)

@@ -1,0 +1,216 @@
+/*-------------------------------------------------------------------------
+ *
+ * citus_mode.c
+ *	  Citus mode: detection, this node's group, and Citus's two-phase
+ *	  commit for pgjq's local writes.
+ *
+ * pgjq never links against Citus: what it needs from Citus's metadata it
+ * reads with SQL (pg_dist_local_group, pg_dist_node), and the one C symbol
+ * it calls, Use2PCForCoordinatedTransaction, is looked up in the already
+ * loaded citus.so, only where Citus is in shared_preload_libraries.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "citus/citus_mode.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/varlena.h"
+
+/* per backend; known = false makes the next call look again */
+static bool citus_loaded_known = false;
+static bool citus_loaded = false;
+static bool mode_known = false;
+static bool mode_on = false;
+static Oid	route_rel = InvalidOid;
+static Oid	fence_rel = InvalidOid;
+static int32 local_group = -1;
+static bool callback_registered = false;
+
+typedef void (*Use2PCFunc) (void);
+static Use2PCFunc use_2pc = NULL;
+
+/* bumped whenever the above is dropped: ownership.c's caches follow it */
+static uint64 generation = 1;
+
+void
+pgjq_citus_forget(void)
+{
+	mode_known = false;
+	generation++;
+}
+
+uint64
+pgjq_citus_generation(void)
+{
+	return generation;
+}
+
+/*
+ * A relcache invalidation of the routing table (Citus's on a placement
+ * change, pgjq's own when it fences a shard) or of everything; while the
+ * mode is off, any relation's: pgjq.queue_route may just have been created.
+ */
+static void
+relcache_callback(Datum arg, Oid relid)
+{
+	if (!mode_on || relid == InvalidOid || relid == route_rel || relid == fence_rel)
+		pgjq_citus_forget();
+}
+
+/* Is citus in shared_preload_libraries (and so loaded in this process)? */
+static bool
+citus_is_loaded(void)
+{
+	if (!citus_loaded_known)
+	{
+		const char *libs = GetConfigOption("shared_preload_libraries", true, false);
+		char	   *copy;
+		List	   *names;
+		ListCell   *lc;
+
+		citus_loaded = false;
+		if (libs)
+		{
+			copy = pstrdup(libs);
+			if (SplitDirectoriesString(copy, ',', &names))
+				foreach(lc, names)
+				{
+					const char *name = lfirst(lc);
+					const char *base = strrchr(name, '/');
+
+					base = base ? base + 1 : name;
+					if (strcmp(base, "citus") == 0 || strcmp(base, "citus.so") == 0)
+						citus_loaded = true;
+				}
+		}
+		citus_loaded_known = true;
+	}
+	return citus_loaded;
+}
+
+static void
+look(void)
+{
+	Oid			nsp;
+
+	mode_on = false;
+	route_rel = InvalidOid;
+	fence_rel = InvalidOid;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(relcache_callback, (Datum) 0);
+		callback_registered = true;
+	}
+	nsp = get_namespace_oid("pgjq", true);
+	if (OidIsValid(nsp))
+	{
+		route_rel = get_relname_relid("queue_route", nsp);
+		fence_rel = get_relname_relid("queue_fence", nsp);
+	}
+	if (OidIsValid(route_rel))
+	{
+		bool		isnull;
+
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "pgjq: SPI_connect failed");
+		if (SPI_execute("SELECT groupid FROM pg_catalog.pg_dist_local_group", true, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("pgjq.queue_route exists but this node has no Citus group"),
+					 errhint("Run pgjq.citus_setup() on the coordinator.")));
+		local_group = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		SPI_finish();
+		mode_on = true;
+	}
+	mode_known = true;
+}
+
+/*
+ * Whether this database is in Citus mode.  The first call of a backend (and
+ * the first after an invalidation) looks; the others test two booleans.
+ * Background workers are never guarded: pgjq's own worker serves this
+ * node's queues.
+ */
+bool
+pgjq_citus_mode(void)
+{
+	if (!citus_is_loaded())
+		return false;
+	if (!mode_known)
+		look();
+	return mode_on;
+}
+
+int32
+pgjq_citus_local_group(void)
+{
+	(void) pgjq_citus_mode();
+	return local_group;
+}
+
+Oid
+pgjq_citus_route_rel(void)
+{
+	(void) pgjq_citus_mode();
+	return route_rel;
+}
+
+/* host and port of the primary of a node group (for error messages) */
+void
+pgjq_citus_node_of_group(int32 group, char **host, int32 *port)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(group)};
+
+	*host = psprintf("(node group %d)", group);
+	*port = 0;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	if (SPI_execute_with_args("SELECT nodename, nodeport FROM pg_catalog.pg_dist_node"
+							  " WHERE groupid OPERATOR(pg_catalog.=) $1"
+							  "   AND noderole OPERATOR(pg_catalog.=) 'primary'"
+							  " ORDER BY isactive DESC LIMIT 1",
+							  1, types, values, NULL, true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+	{
+		bool		isnull;
+		MemoryContext spi = MemoryContextSwitchTo(CurTransactionContext);
+
+		*host = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		*port = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		MemoryContextSwitchTo(spi);
+	}
+	SPI_finish();
+}
+
+/*
+ * pgjq writes this node's tables from C, which Citus does not see: in a
+ * transaction that also writes another node (through Citus), Citus would
+ * commit that node with a plain COMMIT before this one's commit record, and
+ * a crash in between would keep the remote write and lose pgjq's.  Telling
+ * Citus to use two-phase commit makes it PREPARE the remote participants
+ * first and let this node's commit decide.  Called at the start of every
+ * pgjq call that touches storage (the engine's storage_begin hook), only
+ * where Citus is loaded; Citus resets the flag at the end of each
+ * transaction, and it costs nothing where no remote node was written.
+ */
+void
+pgjq_citus_note_write(void)
+{
+	if (!citus_is_loaded())
+		return;
+	if (use_2pc == NULL)
+		use_2pc = (Use2PCFunc) load_external_function("$libdir/citus",
+													  "Use2PCForCoordinatedTransaction",
+													  true, NULL);
+	use_2pc();
+}

@@ -1,0 +1,115 @@
+/*-------------------------------------------------------------------------
+ *
+ * moves.c
+ *	  The node-side steps of pgjq.move_queues() (sql/pgjq.sql runs them on
+ *	  the source and the target) and the setting that lets them pass the
+ *	  guard.
+ *
+ * A move of routing shard S from node A to node B:
+ *   1. A: fence S (pgjq._citus_fence): a row in pgjq.queue_fence, then each
+ *      of S's queue-name locks taken exclusively, so that every enqueue that
+ *      passed the guard before has committed, and every later one sees the
+ *      fence (enqueue checks the guard after taking that lock in shared
+ *      mode) and is refused with PJ002, retryable.  Claims and outcomes go
+ *      on.
+ *   2. B: the queues of S created with A's settings (pgjq.citus_guard off:
+ *      B does not serve S yet).
+ *   3. A: wait until S's queues hold no unfinished job (workers finish what
+ *      they hold; delegated claims still reach A).
+ *   4. Citus moves S's shard group (the routing shard and the application's
+ *      colocated shards) to B: from then on calls are delegated to B.
+ *   5. A: S's (empty) queues dropped and the fence removed.
+ * If step 3 does not finish in time, the fence and B's copies are removed
+ * and nothing has moved.  Each step is idempotent, so a move cut short is
+ * finished (or undone) by calling move_queues again.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "citus/moves.h"
+#include "citus/citus_mode.h"
+#include "engine/engine.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+
+PG_FUNCTION_INFO_V1(pgjq_citus_fence);
+PG_FUNCTION_INFO_V1(pgjq_citus_unfence);
+
+bool		pgjq_citus_guard_on = true;
+
+void
+pgjq_citus_moves_init(void)
+{
+	DefineCustomBoolVariable("pgjq.citus_guard",
+							 "Refuses pgjq calls on a Citus node that does not serve their queue or id.",
+							 "Off only for pgjq.move_queues()'s own steps and for repairs by a superuser.",
+							 &pgjq_citus_guard_on, true, PGC_SUSET, 0, NULL, NULL, NULL);
+}
+
+/* the queues of this node whose names hash to the routing shard */
+static const char *queues_of_shard_sql =
+"SELECT q.name FROM pgjq.queue q"
+" WHERE pg_catalog.get_shard_id_for_distribution_column('pgjq.queue_route'::pg_catalog.regclass, q.name)"
+"       OPERATOR(pg_catalog.=) $1 ORDER BY q.name";
+
+static void
+require_citus_mode(void)
+{
+	if (!pgjq_citus_mode())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this database is not in pgjq's Citus mode"),
+				 errhint("Run SELECT pgjq.citus_setup() on the coordinator first.")));
+}
+
+/* pgjq._citus_fence(shard, target_group): step 1 (returns the queues) */
+Datum
+pgjq_citus_fence(PG_FUNCTION_ARGS)
+{
+	int64		shard = PG_GETARG_INT64(0);
+	int32		target = PG_GETARG_INT32(1);
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		values[2] = {Int64GetDatum(shard), Int32GetDatum(target)};
+	int			n;
+
+	require_citus_mode();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	SPI_execute_with_args("INSERT INTO pgjq.queue_fence (shard, target_group) VALUES ($1, $2)"
+						  " ON CONFLICT (shard) DO UPDATE SET target_group = excluded.target_group",
+						  2, types, values, NULL, false, 0);
+	/* every backend rereads the fences at its next guarded call */
+	CacheInvalidateRelcacheByRelid(pgjq_citus_route_rel());
+	if (SPI_execute_with_args(queues_of_shard_sql, 1, types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "pgjq: could not list the queues of shard %lld", (long long) shard);
+	n = (int) SPI_processed;
+	for (int i = 0; i < n; i++)
+		pgjq_storage_queue_lock(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
+								AccessExclusiveLock);
+	SPI_finish();
+	PG_RETURN_INT32(n);
+}
+
+/* pgjq._citus_unfence(shard): the end of step 5, or of a move given up */
+Datum
+pgjq_citus_unfence(PG_FUNCTION_ARGS)
+{
+	int64		shard = PG_GETARG_INT64(0);
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(shard)};
+	bool		found;
+
+	require_citus_mode();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	SPI_execute_with_args("DELETE FROM pgjq.queue_fence WHERE shard OPERATOR(pg_catalog.=) $1",
+						  1, types, values, NULL, false, 0);
+	found = SPI_processed > 0;
+	SPI_finish();
+	CacheInvalidateRelcacheByRelid(pgjq_citus_route_rel());
+	PG_RETURN_BOOL(found);
+}

@@ -1,0 +1,288 @@
+/*-------------------------------------------------------------------------
+ *
+ * ownership.c
+ *	  The guard: a call runs only on the node that serves its queue or
+ *	  issued its ids; route(), and the SQL-level checks of the queue-first
+ *	  forms and job(id).
+ *
+ * A queue is served by the node group that holds the shard of
+ * pgjq.queue_route its name hashes to (Citus's own hashing, asked through
+ * get_shard_id_for_distribution_column), unless pgjq.move_queues() is moving
+ * that shard: then its state in pgjq.queue_fence (local to each node)
+ * decides what the source still does (moves.c): it refuses enqueues, with
+ * a retryable SQLSTATE while it still holds the shard and as any other node
+ * after, and serves claims and outcomes until the move drops the queues.
+ *
+ * The answer per queue name is cached per backend, with the fences, until
+ * citus_mode.c's generation moves (a relcache invalidation of the routing
+ * or the fence table).  Ids carry the group that issued them in their high
+ * bits (citus_mode.h), so an id-only outcome is checked with a shift.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "citus/ownership.h"
+#include "citus/citus_mode.h"
+#include "citus/moves.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+PG_FUNCTION_INFO_V1(pgjq_route);
+PG_FUNCTION_INFO_V1(pgjq_serve);
+PG_FUNCTION_INFO_V1(pgjq_job_guard);
+
+typedef struct QueueOwner
+{
+	char		name[PGJQ_MAX_QUEUE_NAME + 1];	/* hash key */
+	int64		shard;
+	int32		group;			/* -1: no placement (a shard being created) */
+	char		fence;			/* this node's fence of the shard, or 0 */
+} QueueOwner;
+
+static HTAB *owners = NULL;
+static uint64 owners_generation = 0;
+
+#define MAX_FENCES 1024
+static int	nfences = 0;
+static int64 fence_shard[MAX_FENCES];
+static char fence_state[MAX_FENCES];
+
+/* (Re)load the fences when the generation moved; drop the owners. */
+static void
+owners_fresh(void)
+{
+	HASHCTL		ctl;
+
+	if (owners != NULL && owners_generation == pgjq_citus_generation())
+		return;
+	if (owners != NULL)
+		hash_destroy(owners);
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = PGJQ_MAX_QUEUE_NAME + 1;
+	ctl.entrysize = sizeof(QueueOwner);
+	ctl.hcxt = TopMemoryContext;
+	owners = hash_create("pgjq queue owners", 64, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	owners_generation = pgjq_citus_generation();
+
+	nfences = 0;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	if (SPI_execute("SELECT shard, 'f'::\"char\" FROM pgjq.queue_fence ORDER BY shard", true, 0) == SPI_OK_SELECT)
+	{
+		for (uint64 i = 0; i < SPI_processed && nfences < MAX_FENCES; i++)
+		{
+			bool		isnull;
+
+			fence_shard[nfences] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+			fence_state[nfences] = DatumGetChar(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+			nfences++;
+		}
+	}
+	SPI_finish();
+}
+
+static char
+fence_of(int64 shard)
+{
+	for (int i = 0; i < nfences; i++)
+		if (fence_shard[i] == shard)
+			return fence_state[i];
+	return 0;
+}
+
+/* The shard and the group serving a queue name (cached). */
+static QueueOwner *
+owner_of(const char *queue)
+{
+	QueueOwner *o;
+	bool		found;
+	char		key[PGJQ_MAX_QUEUE_NAME + 1];
+
+	owners_fresh();
+	memset(key, 0, sizeof(key));
+	strlcpy(key, queue, sizeof(key));
+	o = hash_search(owners, key, HASH_FIND, NULL);
+	if (o != NULL)
+		return o;
+	{
+		Oid			types[1] = {TEXTOID};
+		Datum		values[1] = {CStringGetTextDatum(queue)};
+		int64		shard = 0;
+		int32		group = -1;
+		bool		isnull;
+
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "pgjq: SPI_connect failed");
+		if (SPI_execute_with_args(
+								  "SELECT s.shard, (SELECT p.groupid FROM pg_catalog.pg_dist_placement p"
+								  "                  WHERE p.shardid OPERATOR(pg_catalog.=) s.shard"
+								  "                  ORDER BY p.placementid LIMIT 1)"
+								  "  FROM (SELECT pg_catalog.get_shard_id_for_distribution_column("
+								  "          'pgjq.queue_route'::pg_catalog.regclass, $1) AS shard) s",
+								  1, types, values, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "pgjq: could not read the routing shard of queue \"%s\"", queue);
+		shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		{
+			Datum		g = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+
+			if (!isnull)
+				group = DatumGetInt32(g);
+		}
+		SPI_finish();
+		o = hash_search(owners, key, HASH_ENTER, &found);
+		o->shard = shard;
+		o->group = group;
+		o->fence = fence_of(shard);
+	}
+	return o;
+}
+
+static void
+wrong_node(const char *queue, const QueueOwner *o)
+{
+	char	   *host;
+	int32		port;
+
+	pgjq_citus_node_of_group(o->group, &host, &port);
+	ereport(ERROR,
+			(errcode(PGJQ_ERRCODE_WRONG_NODE),
+			 errmsg("queue \"%s\" is served by node %s:%d, not by this one", queue, host, port),
+			 errdetail("Under Citus each queue lives on the node that holds its routing shard (%lld "
+					   "of pgjq.queue_route); this call was not delegated there, or it came "
+					   "straight to a node that does not serve the queue.", (long long) o->shard),
+			 errhint("Call it as SELECT pgjq.f(...) with constant arguments through any node, "
+					 "or connect to the node that pgjq.route('%s') names.", queue)));
+}
+
+void
+pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call)
+{
+	QueueOwner *o;
+
+	if (IsBackgroundWorker || !pgjq_citus_guard_on || !pgjq_citus_mode())
+		return;
+	o = owner_of(queue);
+	if (o->group == pgjq_citus_local_group())
+	{
+		if (o->fence != 0 && call != PGJQ_GUARD_USE)
+		{
+			ereport(ERROR,
+					(errcode(PGJQ_ERRCODE_QUEUE_MOVING),
+					 errmsg("queue \"%s\" is moving to another node", queue),
+					 errdetail("pgjq.move_queues() is moving routing shard %lld; enqueues resume on "
+							   "the new node when it switches, claims and outcomes are served meanwhile.",
+							   (long long) o->shard),
+					 errhint("Retry the call in a moment.")));
+		}
+		return;
+	}
+	/* the source of a move serves what it holds until it is dropped */
+	if (o->fence != 0 && call == PGJQ_GUARD_USE)
+		return;
+	wrong_node(queue, o);
+}
+
+void
+pgjq_citus_guard_ids(const int64 *ids, int n)
+{
+	int32		local;
+
+	if (IsBackgroundWorker || !pgjq_citus_guard_on || !pgjq_citus_mode())
+		return;
+	local = pgjq_citus_local_group();
+	for (int i = 0; i < n; i++)
+	{
+		int32		g = pgjq_citus_group_of_id(ids[i]);
+
+		if (g >= 0 && g != local)
+		{
+			char	   *host;
+			int32		port;
+
+			pgjq_citus_node_of_group(g, &host, &port);
+			ereport(ERROR,
+					(errcode(PGJQ_ERRCODE_WRONG_NODE),
+					 errmsg("job %lld was issued by node %s:%d, not by this one",
+							(long long) ids[i], host, port),
+					 errdetail("Under Citus a job's id names the node group that issued it (%d) and "
+							   "only that node holds the job.", g),
+					 errhint("Send the call to that node, or use the queue-first form "
+							 "(complete_in, fail_in, heartbeat_in, snooze_in, cancel_in, job_in) "
+							 "through any node.")));
+		}
+	}
+}
+
+/*
+ * pgjq.route(queue): the node that serves the queue, for workers that
+ * connect there directly (no hop through another node).
+ */
+Datum
+pgjq_route(PG_FUNCTION_ARGS)
+{
+	char	   *queue;
+	QueueOwner *o;
+	TupleDesc	tupdesc;
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
+	char	   *host;
+	int32		port;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("queue must not be NULL")));
+	queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (strlen(queue) == 0 || strlen(queue) > PGJQ_MAX_QUEUE_NAME)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("queue name must be 1 to %d bytes long", PGJQ_MAX_QUEUE_NAME)));
+	if (!pgjq_citus_mode())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("route() needs pgjq on Citus"),
+				 errdetail("This database has no pgjq.queue_route: every queue is served by this server."),
+				 errhint("On a Citus coordinator, run SELECT pgjq.citus_setup() first.")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "pgjq: route() must return a row");
+	o = owner_of(queue);
+	pgjq_citus_node_of_group(o->group, &host, &port);
+	values[0] = CStringGetTextDatum(host);
+	values[1] = Int32GetDatum(port);
+	values[2] = Int32GetDatum(o->group);
+	values[3] = Int64GetDatum(o->shard);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+/* pgjq._serve(queue): the guard of the queue-first forms (a USE call) */
+Datum
+pgjq_serve(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("queue must not be NULL")));
+	pgjq_citus_guard_queue(text_to_cstring(PG_GETARG_TEXT_PP(0)), PGJQ_GUARD_USE);
+	PG_RETURN_VOID();
+}
+
+/*
+ * pgjq._job_guard(id): job(id)'s first branch: no row, or the wrong-node
+ * error for an id another node issued.
+ */
+Datum
+pgjq_job_guard(PG_FUNCTION_ARGS)
+{
+	int64		id = PG_GETARG_INT64(0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	pgjq_citus_guard_ids(&id, 1);
+	rsinfo->isDone = ExprEndResult;
+	PG_RETURN_NULL();
+}
