@@ -74,6 +74,7 @@ $$;
 CREATE TABLE pgjq.queue_fence (
 	shard			bigint PRIMARY KEY,
 	target_group	integer NOT NULL,
+	state			"char" NOT NULL DEFAULT 'f',	/* 'f' enqueues refused, 's' claims too */
 	since			timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 COMMENT ON TABLE pgjq.queue_fence IS 'Citus mode: routing shards this node is moving away (private)';
@@ -267,7 +268,7 @@ COMMENT ON FUNCTION pgjq.citus_setup(integer) IS 'Citus mode: make pgjq.queue_ro
 
 /* ---------------------------------------------- moves (pgjq.move_queues) */
 
-CREATE FUNCTION pgjq._citus_fence(shard bigint, target_group integer)
+CREATE FUNCTION pgjq._citus_fence(shard bigint, target_group integer, state "char")
 RETURNS integer
 LANGUAGE C VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_citus_fence';
@@ -365,7 +366,7 @@ $$;
 
 CREATE PROCEDURE pgjq.move_queues(shard bigint, node_name text, node_port integer,
 								  drain_wait interval DEFAULT '1 minute')
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql
 AS $$
 DECLARE
 	src record;
@@ -374,7 +375,13 @@ DECLARE
 	qs jsonb;
 	st jsonb;
 	deadline timestamptz;
+	fenced "char" := 'f';
 BEGIN
+	/*
+	 * A procedure that commits cannot have a SET clause: the search_path is
+	 * set for each of its transactions instead (COMMIT resets it).
+	 */
+	PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 	IF to_regclass('pgjq.queue_route') IS NULL THEN
 		RAISE EXCEPTION 'this database is not in pgjq''s Citus mode'
 			USING ERRCODE = 'object_not_in_prerequisite_state', HINT = 'Run SELECT pgjq.citus_setup() first.';
@@ -421,16 +428,25 @@ BEGIN
 	END IF;
 
 	/* 1. fence the source; 2. the queues on the target */
-	PERFORM pgjq._citus_on(src.host, src.port, format('SELECT pgjq._citus_fence(%s, %s)', shard, tgt.grp));
+	PERFORM pgjq._citus_on(src.host, src.port, format('SELECT pgjq._citus_fence(%s, %s, ''f'')', shard, tgt.grp));
 	qs := pgjq._citus_on(src.host, src.port, format('SELECT pgjq._citus_shard_queues(%s)', shard))::jsonb;
 	PERFORM pgjq._citus_on(tgt.host, tgt.port, format('SELECT pgjq._citus_adopt_queues(%L)', qs));
 	COMMIT;
+	PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
-	/* 3. the source finishes what it holds */
+	/*
+	 * 3. the source finishes what it holds; once it is empty its claims are
+	 * refused too, and what a claim took meanwhile is finished
+	 */
 	deadline := clock_timestamp() + drain_wait;
 	LOOP
 		st := pgjq._citus_on(src.host, src.port, format('SELECT pgjq._citus_shard_jobs(%s)', shard))::jsonb;
-		EXIT WHEN (st->>'unfinished')::bigint = 0 AND (st->>'dead')::bigint = 0;
+		IF (st->>'unfinished')::bigint = 0 AND (st->>'dead')::bigint = 0 THEN
+			EXIT WHEN fenced = 's';
+			PERFORM pgjq._citus_on(src.host, src.port, format('SELECT pgjq._citus_fence(%s, %s, ''s'')', shard, tgt.grp));
+			fenced := 's';
+			CONTINUE;
+		END IF;
 		IF clock_timestamp() >= deadline THEN
 			PERFORM pgjq._citus_on(tgt.host, tgt.port, format('SELECT pgjq._citus_release_queues(%s)', shard));
 			PERFORM pgjq._citus_on(src.host, src.port, format('SELECT pgjq._citus_unfence(%s)', shard));
@@ -447,6 +463,7 @@ BEGIN
 	PERFORM citus_move_shard_placement(shard, src.host, src.port, tgt.host, tgt.port,
 									   shard_transfer_mode := 'block_writes');
 	COMMIT;
+	PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
 	/* 5. the source's empty queues and its fence */
 	PERFORM pgjq._citus_on(src.host, src.port, format('SELECT pgjq._citus_release_queues(%s)', shard));
@@ -463,7 +480,7 @@ REVOKE ALL ON FUNCTION pgjq._job_guard(bigint), pgjq._serve(text), pgjq.route(te
 	pgjq.snooze_in(text, bigint, bigint, interval),
 	pgjq.cancel_in(text, bigint[]), pgjq.job_in(text, bigint),
 	pgjq._citus_node_setup(), pgjq.routing_shard_allowed_on_node(bigint, integer),
-	pgjq.citus_setup(integer), pgjq._citus_fence(bigint, integer), pgjq._citus_unfence(bigint),
+	pgjq.citus_setup(integer), pgjq._citus_fence(bigint, integer, "char"), pgjq._citus_unfence(bigint),
 	pgjq._citus_shard_queues(bigint), pgjq._citus_shard_jobs(bigint), pgjq._citus_adopt_queues(jsonb),
 	pgjq._citus_release_queues(bigint), pgjq._citus_on(text, integer, text) FROM PUBLIC;
 REVOKE ALL ON PROCEDURE pgjq.move_queues(bigint, text, integer, interval) FROM PUBLIC;
@@ -475,7 +492,7 @@ GRANT EXECUTE ON FUNCTION pgjq._job_guard(bigint), pgjq._serve(text), pgjq.route
 	pgjq.snooze_in(text, bigint, bigint, interval),
 	pgjq.cancel_in(text, bigint[]), pgjq.job_in(text, bigint),
 	pgjq._citus_node_setup(), pgjq.routing_shard_allowed_on_node(bigint, integer),
-	pgjq.citus_setup(integer), pgjq._citus_fence(bigint, integer), pgjq._citus_unfence(bigint),
+	pgjq.citus_setup(integer), pgjq._citus_fence(bigint, integer, "char"), pgjq._citus_unfence(bigint),
 	pgjq._citus_shard_queues(bigint), pgjq._citus_shard_jobs(bigint), pgjq._citus_adopt_queues(jsonb),
 	pgjq._citus_release_queues(bigint), pgjq._citus_on(text, integer, text) TO pgjq_admin;
 GRANT EXECUTE ON PROCEDURE pgjq.move_queues(bigint, text, integer, interval) TO pgjq_admin;

@@ -104,7 +104,7 @@ lookup_queues(char **names, int n, PgjqQueue *queues)
 {
 	for (int i = 0; i < n; i++)
 	{
-		pgjq_guard_queue(names[i], PGJQ_GUARD_USE);
+		pgjq_guard_queue(names[i], PGJQ_GUARD_CLAIM);
 		pgjq_storage_queue_get_or_error(names[i], &queues[i]);
 	}
 }

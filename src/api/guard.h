@@ -21,7 +21,8 @@ typedef enum PgjqGuardCall
 {
 	PGJQ_GUARD_CREATE,			/* create_queue: the queue is made here */
 	PGJQ_GUARD_ADD,				/* enqueue, redrive: adds jobs */
-	PGJQ_GUARD_USE				/* everything else: claims, outcomes, admin */
+	PGJQ_GUARD_CLAIM,			/* claims: hand jobs out */
+	PGJQ_GUARD_USE				/* everything else: outcomes, admin */
 } PgjqGuardCall;
 
 typedef void (*PgjqQueueGuardHook) (const char *queue, PgjqGuardCall call);

@@ -82,14 +82,14 @@ citus_is_loaded(void)
 			copy = pstrdup(libs);
 			if (SplitDirectoriesString(copy, ',', &names))
 				foreach(lc, names)
-				{
-					const char *name = lfirst(lc);
-					const char *base = strrchr(name, '/');
+			{
+				const char *name = lfirst(lc);
+				const char *base = strrchr(name, '/');
 
-					base = base ? base + 1 : name;
-					if (strcmp(base, "citus") == 0 || strcmp(base, "citus.so") == 0)
-						citus_loaded = true;
-				}
+				base = base ? base + 1 : name;
+				if (strcmp(base, "citus") == 0 || strcmp(base, "citus.so") == 0)
+					citus_loaded = true;
+			}
 		}
 		citus_loaded_known = true;
 	}

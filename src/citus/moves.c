@@ -15,7 +15,9 @@
  *   2. B: the queues of S created with A's settings (pgjq.citus_guard off:
  *      B does not serve S yet).
  *   3. A: wait until S's queues hold no unfinished job (workers finish what
- *      they hold; delegated claims still reach A).
+ *      they hold; delegated claims still reach A); then the fence's state
+ *      's' refuses claims too (a claim may have slipped in after the look),
+ *      and the move waits again until the running jobs are finished.
  *   4. Citus moves S's shard group (the routing shard and the application's
  *      colocated shards) to B: from then on calls are delegated to B.
  *   5. A: S's (empty) queues dropped and the fence removed.
@@ -66,22 +68,28 @@ require_citus_mode(void)
 				 errhint("Run SELECT pgjq.citus_setup() on the coordinator first.")));
 }
 
-/* pgjq._citus_fence(shard, target_group): step 1 (returns the queues) */
+/* pgjq._citus_fence(shard, target_group, state): steps 1 and 3 (returns the queues) */
 Datum
 pgjq_citus_fence(PG_FUNCTION_ARGS)
 {
 	int64		shard = PG_GETARG_INT64(0);
 	int32		target = PG_GETARG_INT32(1);
-	Oid			types[2] = {INT8OID, INT4OID};
-	Datum		values[2] = {Int64GetDatum(shard), Int32GetDatum(target)};
+	char		state = PG_GETARG_CHAR(2);
+	Oid			types[3] = {INT8OID, INT4OID, CHAROID};
+	Datum		values[3] = {Int64GetDatum(shard), Int32GetDatum(target), CharGetDatum(state)};
 	int			n;
 
 	require_citus_mode();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pgjq: SPI_connect failed");
-	SPI_execute_with_args("INSERT INTO pgjq.queue_fence (shard, target_group) VALUES ($1, $2)"
-						  " ON CONFLICT (shard) DO UPDATE SET target_group = excluded.target_group",
-						  2, types, values, NULL, false, 0);
+	if (state != 'f' && state != 's')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("state must be 'f' (enqueues refused) or 's' (claims too)")));
+	SPI_execute_with_args("INSERT INTO pgjq.queue_fence (shard, target_group, state) VALUES ($1, $2, $3)"
+						  " ON CONFLICT (shard) DO UPDATE SET target_group = excluded.target_group,"
+						  "                                   state = excluded.state",
+						  3, types, values, NULL, false, 0);
 	/* every backend rereads the fences at its next guarded call */
 	CacheInvalidateRelcacheByRelid(pgjq_citus_route_rel());
 	if (SPI_execute_with_args(queues_of_shard_sql, 1, types, values, NULL, true, 0) != SPI_OK_SELECT)

@@ -9,9 +9,9 @@
  * pgjq.queue_route its name hashes to (Citus's own hashing, asked through
  * get_shard_id_for_distribution_column), unless pgjq.move_queues() is moving
  * that shard: then its state in pgjq.queue_fence (local to each node)
- * decides what the source still does (moves.c): it refuses enqueues, with
- * a retryable SQLSTATE while it still holds the shard and as any other node
- * after, and serves claims and outcomes until the move drops the queues.
+ * decides what the source still does (moves.c): state 'f' refuses
+ * enqueues with a retryable SQLSTATE; state 's' (the switch is near) also
+ * claims; outcomes are served until the move drops the queues.
  *
  * The answer per queue name is cached per backend, with the fences, until
  * citus_mode.c's generation moves (a relcache invalidation of the routing
@@ -73,7 +73,7 @@ owners_fresh(void)
 	nfences = 0;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pgjq: SPI_connect failed");
-	if (SPI_execute("SELECT shard, 'f'::\"char\" FROM pgjq.queue_fence ORDER BY shard", true, 0) == SPI_OK_SELECT)
+	if (SPI_execute("SELECT shard, state FROM pgjq.queue_fence ORDER BY shard", true, 0) == SPI_OK_SELECT)
 	{
 		for (uint64 i = 0; i < SPI_processed && nfences < MAX_FENCES; i++)
 		{
@@ -170,13 +170,15 @@ pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call)
 	o = owner_of(queue);
 	if (o->group == pgjq_citus_local_group())
 	{
-		if (o->fence != 0 && call != PGJQ_GUARD_USE)
+		if ((o->fence != 0 && (call == PGJQ_GUARD_ADD || call == PGJQ_GUARD_CREATE)) ||
+			(o->fence == 's' && call == PGJQ_GUARD_CLAIM))
 		{
 			ereport(ERROR,
 					(errcode(PGJQ_ERRCODE_QUEUE_MOVING),
 					 errmsg("queue \"%s\" is moving to another node", queue),
-					 errdetail("pgjq.move_queues() is moving routing shard %lld; enqueues resume on "
-							   "the new node when it switches, claims and outcomes are served meanwhile.",
+					 errdetail("pgjq.move_queues() is moving routing shard %lld; enqueues (and, in "
+							   "its last moments, claims) resume on the new node when it switches; "
+							   "outcomes are served meanwhile.",
 							   (long long) o->shard),
 					 errhint("Retry the call in a moment.")));
 		}
