@@ -133,6 +133,18 @@ SELECT string_agg(x, E'\n' ORDER BY x) FROM (
   SELECT 'schema acl=' || coalesce(n.nspacl::text, '') FROM pg_namespace n WHERE n.nspname = 'pgjq'
 ) s(x)};
 
+# Compares two schema fingerprints; a difference shows the lines only one
+# of them has.
+sub schema_is
+{
+	my ($got, $want, $name) = @_;
+	my %in_got = map { $_ => 1 } split /\n/, $got;
+	my %in_want = map { $_ => 1 } split /\n/, $want;
+	ok($got eq $want, $name)
+	  or diag(join("\n", 'only in the one checked:', (grep { !$in_want{$_} } split /\n/, $got),
+			'only in the new installation:', (grep { !$in_got{$_} } split /\n/, $want)));
+}
+
 # Every history partition has its own indexes (the parents have none): one
 # BRIN in job_done's, two btrees in job_history's.
 my $partition_index_query = q{
@@ -309,9 +321,7 @@ sql('fresh', 'CREATE EXTENSION pgjq');
 my $updated = sql('upg', $schema_query);
 my $fresh = sql('fresh', $schema_query);
 ok(length($fresh) > 1000, 'the schema fingerprint covers the objects');
-is($updated, $fresh, 'an updated installation has the same schema as a new one')
-  or diag(join("\n", 'only in the updated one:', (grep { my $l = $_; !grep { $_ eq $l } split /\n/, $fresh } split /\n/, $updated),
-		'only in the new one:', (grep { my $l = $_; !grep { $_ eq $l } split /\n/, $updated } split /\n/, $fresh)));
+schema_is($updated, $fresh, 'an updated installation has the same schema as a new one');
 
 # ------------------------------------------------- 1b. update from 0.2.0
 
@@ -358,7 +368,7 @@ check_states('upg2', { states => { dead => 'dead', cancelled => 'cancelled', lat
 	'after the update from 0.2.0 and a restart');
 is(sql('upg2', 'SELECT count(*) FROM pgjq.verify()'), '0',
 	'after the update from 0.2.0 and a restart: shared memory and the tables agree');
-is(sql('upg2', $schema_query), $fresh, 'an installation updated from 0.2.0 has the schema of a new one');
+schema_is(sql('upg2', $schema_query), $fresh, 'an installation updated from 0.2.0 has the schema of a new one');
 
 # ------------------------------------------------- 1c. update from 0.3.0
 
@@ -447,10 +457,7 @@ check_states('upg3', { states => { dead => 'dead', cancelled => 'cancelled', lat
 	'after the update from 0.3.0 and a restart');
 is(sql('upg3', 'SELECT count(*) FROM pgjq.verify()'), '0',
 	'after the update from 0.3.0 and a restart: shared memory and the tables agree');
-my $updated3 = sql('upg3', $schema_query);
-is($updated3, $fresh, 'an installation updated from 0.3.0 has the schema of a new one')
-  or diag(join("\n", 'only in the updated one:', (grep { my $l = $_; !grep { $_ eq $l } split /\n/, $fresh } split /\n/, $updated3),
-		'only in the new one:', (grep { my $l = $_; !grep { $_ eq $l } split /\n/, $updated3 } split /\n/, $fresh)));
+schema_is(sql('upg3', $schema_query), $fresh, 'an installation updated from 0.3.0 has the schema of a new one');
 
 # ------------------------------------------------------- 2. dump and restore
 
@@ -505,8 +512,7 @@ is(sql('dst', "WITH c AS (SELECT * FROM pgjq.claim('flow', 10))"
 sql('dst', 'SELECT pgjq.promote()');
 is(sql('dst', "SELECT string_agg(payload->>'step', ',') FROM pgjq.claim('flow', 10)"), '2',
 	'after restore: its completion releases the waiting job');
-is(sql('dst', $schema_query), sql('fresh', $schema_query),
-	'after restore: the schema is that of a new installation');
+schema_is(sql('dst', $schema_query), $fresh, 'after restore: the schema is that of a new installation');
 
 $node->stop;
 done_testing();
