@@ -159,13 +159,17 @@ SELECT set_eq(
 		  'pgjq.routing_shard_allowed_on_node(bigint,integer)',
 		  'pgjq.move_queues(bigint,text,integer,interval)', 'pgjq._citus_on(text,integer,text)'],
 	'every pgjq function is SECURITY DEFINER but await() and the Citus mode''s setup, strategy and moves');
+-- move_queues() commits between its steps, which a procedure with a SET
+-- clause cannot: it may set its search_path in each of its transactions
+-- instead.
 SELECT is_empty(
 	$$SELECT p.oid::regprocedure::text FROM pg_proc p
 	   WHERE p.pronamespace = 'pgjq'::regnamespace
-		 AND p.oid <> 'pgjq.await(text[],interval)'::regprocedure
+		 AND p.oid NOT IN ('pgjq.await(text[],interval)'::regprocedure,
+						   'pgjq.move_queues(bigint,text,integer,interval)'::regprocedure)
 		 AND (p.proconfig IS NULL
 			  OR NOT 'search_path=pg_catalog, pg_temp' = ANY (p.proconfig))$$,
-	'every pgjq function but await() pins search_path to pg_catalog, pg_temp');
+	'every pgjq function but await() and move_queues() pins search_path to pg_catalog, pg_temp');
 SELECT is((SELECT p.prosecdef OR p.proconfig IS NOT NULL FROM pg_proc p
 			WHERE p.oid = 'pgjq.await(text[],interval)'::regprocedure), false,
 	'await() is SECURITY INVOKER without SET, so it may commit before sleeping');
