@@ -1029,6 +1029,7 @@ AS $$
 		SELECT 1 FROM pg_catalog.pg_dist_placement pl JOIN pg_catalog.pg_dist_node n ON n.groupid = pl.groupid
 		 WHERE pl.shardid = $1 AND n.nodeid = $2)
 $$;
+COMMENT ON FUNCTION pgjq.routing_shard_allowed_on_node(bigint, integer) IS 'Citus mode: the shard_allowed_on_node_function of the rebalance strategy pgjq_keeps_queues: a shard colocated with pgjq.queue_route stays on the node that holds it (pgjq.move_queues() moves queues)';
 
 CREATE FUNCTION pgjq.citus_setup(shard_count integer DEFAULT 32)
 RETURNS TABLE (node_name text, node_port integer, group_id integer, result text)

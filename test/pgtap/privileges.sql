@@ -10,7 +10,7 @@
 \pset pager off
 
 BEGIN;
-SELECT plan(40);
+SELECT plan(60);
 
 -- ----------------------------------------------------------------- PUBLIC
 
@@ -65,8 +65,11 @@ SELECT set_eq(
 		'pgjq.cancel_many(bigint[])',
 		'pgjq.cancel_key(text,text)',
 		'pgjq.job(bigint)',
-		'pgjq.wait_jobs(bigint[],interval,boolean)'],
-	'pgjq_producer can execute enqueue, enqueue_many, cancel (one, many, by key), job and wait_jobs, nothing else');
+		'pgjq.wait_jobs(bigint[],interval,boolean)',
+		'pgjq.cancel_in(text,bigint[])',
+		'pgjq.job_in(text,bigint)',
+		'pgjq.route(text)'],
+	'pgjq_producer can execute enqueue, enqueue_many, cancel (one, many, by key), job, wait_jobs and the Citus mode''s cancel_in, job_in and route, nothing else');
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pgjq_worker')$$,
 	ARRAY[
@@ -82,13 +85,31 @@ SELECT set_eq(
 		'pgjq.heartbeat(bigint,bigint,interval)',
 		'pgjq.snooze(bigint,bigint,interval)',
 		'pgjq.job(bigint)',
-		'pgjq.wait_jobs(bigint[],interval,boolean)'],
-	'pgjq_worker can execute claim (both forms), await, complete (both forms), complete_and_claim, fail, hold_key, release_key, heartbeat, snooze, job and wait_jobs, nothing else');
+		'pgjq.wait_jobs(bigint[],interval,boolean)',
+		'pgjq.complete_in(text,bigint[],bigint[],jsonb[])',
+		'pgjq.fail_in(text,bigint,bigint,text,interval,interval)',
+		'pgjq.heartbeat_in(text,bigint,bigint,interval)',
+		'pgjq.snooze_in(text,bigint,bigint,interval)',
+		'pgjq.job_in(text,bigint)',
+		'pgjq.route(text)'],
+	'pgjq_worker can execute claim (both forms), await, complete (both forms), complete_and_claim, fail, hold_key, release_key, heartbeat, snooze, job, wait_jobs and the Citus mode''s complete_in, fail_in, heartbeat_in, snooze_in, job_in and route, nothing else');
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pgjq_admin')$$,
 	$$SELECT p.oid::regprocedure::text FROM pg_proc p
 	   WHERE p.pronamespace = 'pgjq'::regnamespace AND p.proname !~ '^_'$$,
 	'pgjq_admin can execute every public pgjq function and procedure');
+-- Internal helpers: the producer and the worker may run only those that
+-- queue_stats and await() call as them; every other one (the Citus mode's
+-- _serve, _job_guard and _citus_* among them) runs inside definer functions.
+SELECT set_eq(
+	$$SELECT r::text || ' ' || p.oid::regprocedure::text
+		FROM unnest(ARRAY['pgjq_producer', 'pgjq_worker']::name[]) r, pg_proc p
+	   WHERE p.pronamespace = 'pgjq'::regnamespace AND p.proname ~ '^_'
+		 AND has_function_privilege(r, p.oid, 'EXECUTE')$$,
+	ARRAY['pgjq_producer pgjq._limits()', 'pgjq_producer pgjq._preloaded()', 'pgjq_producer pgjq._ring_counts()',
+		  'pgjq_worker pgjq._limits()', 'pgjq_worker pgjq._preloaded()', 'pgjq_worker pgjq._ring_counts()',
+		  'pgjq_worker pgjq._await_ids(text[])', 'pgjq_worker pgjq._await_ready(integer[])'],
+	'the producer and the worker can execute no internal helper but those queue_stats and await() need');
 SELECT set_eq(
 	$$SELECT * FROM pg_temp.executable('pg_monitor')$$,
 	ARRAY['pgjq.metrics(text)', 'pgjq.metrics_prometheus(text)'],
@@ -216,6 +237,62 @@ SELECT results_eq(
 	$$SELECT completed FROM pgjq.queue_stats WHERE queue = 'privq'$$,
 	ARRAY[2::bigint],
 	'the jobs completed through the worker role are completed');
+
+-- The Citus mode's queue-first forms: the roles of their plain forms (on a
+-- single server they are the plain forms); route() to both, which says here
+-- that this is no Citus cluster; citus_setup() and move_queues() to the
+-- admin only, which they refuse here for want of Citus.
+SELECT is(pg_temp.run_as('pgjq_test_admin', $$SELECT pgjq.create_queue('privq_in')$$), 'ok',
+	'an admin can create another queue');
+SELECT is(pg_temp.run_as('pgjq_test_producer',
+		$$CREATE TEMP TABLE ids_in AS SELECT pgjq.enqueue('privq_in', p) AS id
+			FROM unnest(ARRAY['{"n":1}', '{"n":2}', '{"n":3}']::jsonb[]) p$$), 'ok',
+	'a producer can enqueue three jobs');
+SELECT is(pg_temp.run_as('pgjq_test_producer',
+		$$SELECT * FROM pgjq.job_in('privq_in', (SELECT min(id) FROM ids_in))$$), 'ok',
+	'a producer can call job_in');
+SELECT is(pg_temp.run_as('pgjq_test_producer',
+		$$SELECT pgjq.complete_in('privq_in', ARRAY[1::bigint], ARRAY[1::bigint])$$), '42501',
+	'a producer cannot complete_in');
+SELECT is(pg_temp.run_as('pgjq_test_worker',
+		$$CREATE TEMP TABLE leases_in AS SELECT id, token FROM pgjq.claim('privq_in', 3)$$), 'ok',
+	'a worker claims them');
+SELECT is(pg_temp.run_as('pgjq_test_worker',
+		$$SELECT pgjq.heartbeat_in('privq_in', id, token) FROM leases_in$$), 'ok',
+	'a worker can heartbeat_in');
+SELECT is(pg_temp.run_as('pgjq_test_worker',
+		$$SELECT * FROM pgjq.job_in('privq_in', (SELECT min(id) FROM leases_in))$$), 'ok',
+	'a worker can call job_in');
+SELECT is(pg_temp.run_as('pgjq_test_worker',
+		$$SELECT pgjq.snooze_in('privq_in', id, token, '1 hour') FROM (SELECT * FROM leases_in ORDER BY id LIMIT 1) l$$), 'ok',
+	'a worker can snooze_in');
+SELECT is(pg_temp.run_as('pgjq_test_worker',
+		$$SELECT pgjq.fail_in('privq_in', id, token, 'boom') FROM (SELECT * FROM leases_in ORDER BY id OFFSET 1 LIMIT 1) l$$), 'ok',
+	'a worker can fail_in');
+SELECT is(pg_temp.run_as('pgjq_test_worker',
+		$$SELECT pgjq.complete_in('privq_in', ARRAY(SELECT id FROM leases_in ORDER BY id OFFSET 2),
+								  ARRAY(SELECT token FROM leases_in ORDER BY id OFFSET 2))$$), 'ok',
+	'a worker can complete_in');
+SELECT is(pg_temp.run_as('pgjq_test_worker', $$SELECT pgjq.cancel_in('privq_in', ARRAY[1::bigint])$$), '42501',
+	'a worker cannot cancel_in');
+SELECT is(pg_temp.run_as('pgjq_test_producer', $$SELECT pgjq.cancel_in('privq_in', ARRAY(SELECT id FROM ids_in))$$), 'ok',
+	'a producer can cancel_in');
+SELECT is(pg_temp.run_as('pgjq_test_producer', $$SELECT * FROM pgjq.route('privq_in')$$), '55000',
+	'a producer may call route(), which on a single server raises 55000');
+SELECT is(pg_temp.run_as('pgjq_test_nobody', $$SELECT * FROM pgjq.route('privq_in')$$), '42501',
+	'a role without grants cannot call route()');
+SELECT is(pg_temp.run_as('pgjq_test_worker', $$SELECT * FROM pgjq.citus_setup()$$), '42501',
+	'a worker cannot call citus_setup()');
+SELECT is(pg_temp.run_as('pgjq_test_admin', $$SELECT * FROM pgjq.citus_setup()$$), '55000',
+	'an admin may call citus_setup(), which without Citus raises 55000');
+SELECT is(pg_temp.run_as('pgjq_test_worker', $$CALL pgjq.move_queues(1, 'localhost', 5432)$$), '42501',
+	'a worker cannot call move_queues()');
+SELECT is(pg_temp.run_as('pgjq_test_admin', $$CALL pgjq.move_queues(1, 'localhost', 5432)$$), '55000',
+	'an admin may call move_queues(), which without Citus raises 55000');
+SELECT results_eq(
+	$$SELECT completed, cancelled FROM pgjq.queue_stats WHERE queue = 'privq_in'$$,
+	$$VALUES (1::bigint, 2::bigint)$$,
+	'through the *_in forms: one job completed, the snoozed and the failed one cancelled');
 
 SELECT * FROM finish();
 ROLLBACK;

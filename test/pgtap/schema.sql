@@ -1,7 +1,8 @@
 -- The schema objects of the public API: functions with their argument
 -- names, types and results, tables, sequences, the view and the types.
 -- Every function is SECURITY DEFINER with search_path pinned to
--- pg_catalog, pg_temp.  Run by test/run with pg_prove; the database already
+-- pg_catalog, pg_temp, but await() and the Citus mode's functions that run
+-- as their caller (listed below).  Run by test/run with pg_prove; the database already
 -- has the pgtap and pgjq extensions.
 
 \set ON_ERROR_STOP 1
@@ -11,7 +12,7 @@
 \pset pager off
 
 BEGIN;
-SELECT plan(46);
+SELECT plan(47);
 
 SELECT has_extension('pgjq', 'pgjq', 'extension pgjq lives in schema pgjq');
 SELECT has_schema('pgjq');
@@ -67,7 +68,18 @@ SELECT set_eq(
 		('health(OUT horizon_holder text, OUT horizon_xid xid, OUT horizon_age_xacts bigint, OUT horizon_age_seconds double precision, OUT horizon_held_since timestamp with time zone, OUT pid integer, OUT backend_type text, OUT usename text, OUT application_name text, OUT state text, OUT xact_start timestamp with time zone, OUT query_start timestamp with time zone, OUT slot_name text, OUT gid text, OUT ring_refused bigint, OUT ring_refused_at timestamp with time zone, OUT ring_refused_bound text) -> record'),
 		('verify(OUT area text, OUT object text, OUT expected text, OUT found text) -> SETOF record'),
 		('metrics(queue text, OUT name text, OUT labels jsonb, OUT value double precision) -> SETOF record'),
-		('metrics_prometheus(queue text) -> text')$$,
+		('metrics_prometheus(queue text) -> text'),
+		-- Citus mode (README, "Beyond one server (Citus)")
+		('route(queue text, OUT node_name text, OUT node_port integer, OUT group_id integer, OUT shard bigint) -> record'),
+		('complete_in(queue text, ids bigint[], tokens bigint[], results jsonb[]) -> bigint'),
+		('fail_in(queue text, id bigint, token bigint, error text, retry_in interval, hold_key_for interval) -> text'),
+		('heartbeat_in(queue text, id bigint, token bigint, extend interval) -> timestamp with time zone'),
+		('snooze_in(queue text, id bigint, token bigint, delay interval) -> boolean'),
+		('cancel_in(queue text, ids bigint[]) -> bigint'),
+		('job_in(queue text, id bigint) -> SETOF pgjq.job_info'),
+		('citus_setup(shard_count integer) -> TABLE(node_name text, node_port integer, group_id integer, result text)'),
+		('routing_shard_allowed_on_node(shardid bigint, nodeid integer) -> boolean'),
+		('procedure move_queues(IN shard bigint, IN node_name text, IN node_port integer, IN drain_wait interval)')$$,
 	'the public functions have the documented names, argument names, types and results');
 
 -- Named arguments are part of the contract: one call per function with every
@@ -105,7 +117,15 @@ SELECT lives_ok($$PREPARE named_args AS
 						 catch_up => 'one'),
 		   pgjq.unschedule(name => 's'),
 		   (SELECT count(*) FROM pgjq.list_queues()), (SELECT count(*) FROM pgjq.metrics(queue => 'x')),
-		   pgjq.metrics_prometheus(queue => 'x')$$,
+		   pgjq.metrics_prometheus(queue => 'x'),
+		   (SELECT count(*) FROM pgjq.route(queue => 'x')),
+		   pgjq.complete_in(queue => 'x', ids => ARRAY[1::bigint], tokens => ARRAY[1::bigint], results => NULL),
+		   pgjq.fail_in(queue => 'x', id => 1, token => 1, error => 'e', retry_in => '1 s', hold_key_for => '1 s'),
+		   pgjq.heartbeat_in(queue => 'x', id => 1, token => 1, extend => '1 s'),
+		   pgjq.snooze_in(queue => 'x', id => 1, token => 1, delay => '1 s'),
+		   pgjq.cancel_in(queue => 'x', ids => ARRAY[1::bigint]),
+		   (SELECT count(*) FROM pgjq.job_in(queue => 'x', id => 1)),
+		   (SELECT count(*) FROM pgjq.citus_setup(shard_count => 1))$$,
 	'every function can be called with named arguments');
 DEALLOCATE named_args;
 
@@ -117,7 +137,10 @@ SELECT lives_ok($$PREPARE short_args AS
 		   pgjq.enqueue_many('x', ARRAY['{}'::jsonb]), pgjq.claim('x'), pgjq.claim(ARRAY['x', 'y']),
 		   pgjq.fail(1, 1), pgjq.heartbeat(1, 1), pgjq.retry_dead('x'),
 		   (SELECT count(*) FROM pgjq.wait_jobs(ARRAY[1::bigint], '1 s')),
-		   (SELECT count(*) FROM pgjq.metrics()), pgjq.metrics_prometheus()$$,
+		   (SELECT count(*) FROM pgjq.metrics()), pgjq.metrics_prometheus(),
+		   pgjq.complete_in('x', ARRAY[1::bigint], ARRAY[1::bigint]), pgjq.fail_in('x', 1, 1),
+		   pgjq.heartbeat_in('x', 1, 1), pgjq.cancel_in('x', ARRAY[1::bigint]),
+		   (SELECT count(*) FROM pgjq.citus_setup())$$,
 	'optional arguments can be left out');
 DEALLOCATE short_args;
 
@@ -125,18 +148,28 @@ DEALLOCATE short_args;
 -- await(): PostgreSQL allows transaction control (which await needs to sleep
 -- without a snapshot) only in a procedure without SECURITY DEFINER or SET.
 -- It runs no SQL of its own but two schema-qualified definer helpers.
-SELECT is_empty(
+-- The Citus mode's setup, its rebalance strategy's function and its moves
+-- run as their caller (they drive Citus's own functions and reach the other
+-- nodes as the caller), with search_path pinned all the same.
+SELECT set_eq(
 	$$SELECT p.oid::regprocedure::text FROM pg_proc p
-	   WHERE p.pronamespace = 'pgjq'::regnamespace AND NOT p.prosecdef
-		 AND p.oid <> 'pgjq.await(text[],interval)'::regprocedure$$,
-	'every pgjq function but await() is SECURITY DEFINER');
+	   WHERE p.pronamespace = 'pgjq'::regnamespace AND NOT p.prosecdef$$,
+	ARRAY['pgjq.await(text[],interval)',
+		  'pgjq.citus_setup(integer)', 'pgjq._citus_node_setup()',
+		  'pgjq.routing_shard_allowed_on_node(bigint,integer)',
+		  'pgjq.move_queues(bigint,text,integer,interval)', 'pgjq._citus_on(text,integer,text)'],
+	'every pgjq function is SECURITY DEFINER but await() and the Citus mode''s setup, strategy and moves');
+-- move_queues() commits between its steps, which a procedure with a SET
+-- clause cannot: it may set its search_path in each of its transactions
+-- instead.
 SELECT is_empty(
 	$$SELECT p.oid::regprocedure::text FROM pg_proc p
 	   WHERE p.pronamespace = 'pgjq'::regnamespace
-		 AND p.oid <> 'pgjq.await(text[],interval)'::regprocedure
+		 AND p.oid NOT IN ('pgjq.await(text[],interval)'::regprocedure,
+						   'pgjq.move_queues(bigint,text,integer,interval)'::regprocedure)
 		 AND (p.proconfig IS NULL
 			  OR NOT 'search_path=pg_catalog, pg_temp' = ANY (p.proconfig))$$,
-	'every pgjq function but await() pins search_path to pg_catalog, pg_temp');
+	'every pgjq function but await() and move_queues() pins search_path to pg_catalog, pg_temp');
 SELECT is((SELECT p.prosecdef OR p.proconfig IS NOT NULL FROM pg_proc p
 			WHERE p.oid = 'pgjq.await(text[],interval)'::regprocedure), false,
 	'await() is SECURITY INVOKER without SET, so it may commit before sleeping');
@@ -171,6 +204,7 @@ SELECT volatility_is('pgjq', 'enqueue',
 SELECT has_table('pgjq', 'queue', 'table pgjq.queue exists');
 SELECT has_table('pgjq', 'job', 'table pgjq.job exists');
 SELECT has_table('pgjq', 'job_history', 'table pgjq.job_history exists');
+SELECT has_table('pgjq', 'queue_fence', 'table pgjq.queue_fence exists (Citus mode; empty on a single server)');
 SELECT has_sequence('pgjq', 'job_id_seq', 'sequence pgjq.job_id_seq exists');
 SELECT has_sequence('pgjq', 'token_seq', 'sequence pgjq.token_seq exists');
 

@@ -31,11 +31,15 @@ SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS arguments,
 
 -- every API function is SECURITY DEFINER with a fixed search_path, but the
 -- procedure await (transaction control needs SECURITY INVOKER without SET)
+-- and the Citus mode's citus_setup, move_queues and
+-- routing_shard_allowed_on_node, which run as their caller (they drive
+-- Citus's own functions) with a fixed search_path
 SELECT p.proname, p.proconfig
   FROM pg_proc p
  WHERE p.pronamespace = 'pgjq'::regnamespace AND p.proname NOT LIKE '\_%'
    AND (NOT p.prosecdef OR p.proconfig IS DISTINCT FROM '{"search_path=pg_catalog, pg_temp"}');
--- and so is any internal helper that is SECURITY DEFINER
+-- and so is any internal helper that is SECURITY DEFINER (the Citus mode's
+-- _citus_adopt_queues and _citus_release_queues also turn the guard off)
 SELECT p.proname, p.proconfig
   FROM pg_proc p
  WHERE p.pronamespace = 'pgjq'::regnamespace AND p.prosecdef

@@ -12,7 +12,11 @@
 #    is promoted on time by the background worker,
 #    dead ones can be redriven, dedup keys still hold.  The updated schema is
 #    then compared, object by object, with a new installation of the current
-#    version, so an upgrade script that forgets a change fails here.
+#    version, so an upgrade script that forgets a change fails here.  The
+#    same for an update from 0.2.0 (its ring tables read back after a
+#    restart as 0.2.0 wrote them) and from 0.3.0 (0.4.0 adds the Citus mode:
+#    on a single server the update must change no job and no behaviour, and
+#    the library serves a 0.3.0 schema until it runs).
 # 2. pg_dump, then pg_restore into a new database: queues, unfinished, dead
 #    and finished jobs come back and work (claim, complete with new tokens),
 #    and the id and token sequences continue above the restored values.
@@ -45,9 +49,10 @@ like($meta->{version}, qr/^\d+\.\d+\.\d+$/, 'META.json: a semantic version');
 ok(defined $meta->{prereqs}{runtime}{requires}{PostgreSQL},
 	'META.json: requires a PostgreSQL version');
 ok(-f "sql/pgjq--0.1.0.sql", 'the 0.1.0 script is kept');
-ok(-f "sql/pgjq--0.1.0--0.2.0.sql" && -f "sql/pgjq--0.2.0--0.3.0.sql"
-	  && $control_version eq '0.3.0',
-	"update scripts lead from 0.1.0 through 0.2.0 to $control_version");
+ok(-f "sql/pgjq--0.2.0.sql" && -f "sql/pgjq--0.3.0.sql", 'the 0.2.0 and 0.3.0 scripts are kept');
+ok(-f "sql/pgjq--0.1.0--0.2.0.sql" && -f "sql/pgjq--0.2.0--0.3.0.sql" && -f "sql/pgjq--0.3.0--0.4.0.sql"
+	  && $control_version eq '0.4.0',
+	"update scripts lead from 0.1.0 through 0.2.0 and 0.3.0 to $control_version");
 
 # ------------------------------------------------------------------ server
 
@@ -56,7 +61,7 @@ $node->init;
 $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'pgjq'
-pgjq.database_names = 'upg,upg2'
+pgjq.database_names = 'upg,upg2,upg3'
 pgjq.max_sleep = '1s'
 pgjq.prune_interval = '1h'
 });
@@ -108,8 +113,37 @@ SELECT string_agg(x, E'\n' ORDER BY x) FROM (
   SELECT 'config ' || string_agg(c::regclass::text, ',' ORDER BY c::regclass::text)
     FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'pgjq'
   UNION ALL
+  SELECT 'sequence ' || s.seqrelid::regclass::text || ' ' || format_type(s.seqtypid, NULL)
+         || ' start=' || s.seqstart || ' increment=' || s.seqincrement || ' min=' || s.seqmin
+         || ' max=' || s.seqmax || ' cache=' || s.seqcache || ' cycle=' || s.seqcycle
+    FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid WHERE c.relnamespace = 'pgjq'::regnamespace
+  UNION ALL
+  SELECT 'not a member of the extension: ' || pg_describe_object(o.classid, o.objid, 0)
+    FROM (SELECT 'pg_proc'::regclass, p.oid FROM pg_proc p WHERE p.pronamespace = 'pgjq'::regnamespace
+          UNION ALL
+          SELECT 'pg_class'::regclass, c.oid FROM pg_class c
+           WHERE c.relnamespace = 'pgjq'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'S')
+             AND NOT c.relispartition
+          UNION ALL
+          SELECT 'pg_type'::regclass, t.oid FROM pg_type t JOIN pg_class c ON c.oid = t.typrelid
+           WHERE t.typnamespace = 'pgjq'::regnamespace AND c.relkind = 'c') o(classid, objid)
+   WHERE NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = o.classid AND d.objid = o.objid
+                        AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e')
+  UNION ALL
   SELECT 'schema acl=' || coalesce(n.nspacl::text, '') FROM pg_namespace n WHERE n.nspname = 'pgjq'
 ) s(x)};
+
+# Compares two schema fingerprints; a difference shows the lines only one
+# of them has.
+sub schema_is
+{
+	my ($got, $want, $name) = @_;
+	my %in_got = map { $_ => 1 } split /\n/, $got;
+	my %in_want = map { $_ => 1 } split /\n/, $want;
+	ok($got eq $want, $name)
+	  or diag(join("\n", 'only in the one checked:', (grep { !$in_want{$_} } split /\n/, $got),
+			'only in the new installation:', (grep { !$in_got{$_} } split /\n/, $want)));
+}
 
 # Every history partition has its own indexes (the parents have none): one
 # BRIN in job_done's, two btrees in job_history's.
@@ -287,9 +321,7 @@ sql('fresh', 'CREATE EXTENSION pgjq');
 my $updated = sql('upg', $schema_query);
 my $fresh = sql('fresh', $schema_query);
 ok(length($fresh) > 1000, 'the schema fingerprint covers the objects');
-is($updated, $fresh, 'an updated installation has the same schema as a new one')
-  or diag(join("\n", 'only in the updated one:', (grep { my $l = $_; !grep { $_ eq $l } split /\n/, $fresh } split /\n/, $updated),
-		'only in the new one:', (grep { my $l = $_; !grep { $_ eq $l } split /\n/, $updated } split /\n/, $fresh)));
+schema_is($updated, $fresh, 'an updated installation has the same schema as a new one');
 
 # ------------------------------------------------- 1b. update from 0.2.0
 
@@ -336,7 +368,96 @@ check_states('upg2', { states => { dead => 'dead', cancelled => 'cancelled', lat
 	'after the update from 0.2.0 and a restart');
 is(sql('upg2', 'SELECT count(*) FROM pgjq.verify()'), '0',
 	'after the update from 0.2.0 and a restart: shared memory and the tables agree');
-is(sql('upg2', $schema_query), $fresh, 'an installation updated from 0.2.0 has the schema of a new one');
+schema_is(sql('upg2', $schema_query), $fresh, 'an installation updated from 0.2.0 has the schema of a new one');
+
+# ------------------------------------------------- 1c. update from 0.3.0
+
+# A 0.3.0 installation with a job in every state and a waiting one.  0.4.0
+# adds the Citus mode (queue_fence, the queue-first *_in forms, route(),
+# citus_setup(), move_queues(), job(id)'s guard branch); on a single server
+# none of it may change a job or a call.  This library serves the 0.3.0
+# schema as it is until the update: the jobs are read back after a restart
+# and a job runs through before the update.
+sql('postgres', 'CREATE DATABASE upg3');
+sql('upg3', "CREATE EXTENSION pgjq VERSION '0.3.0'");
+is(sql('upg3', "SELECT extversion FROM pg_extension WHERE extname = 'pgjq'"),
+	'0.3.0', 'installed at 0.3.0');
+my $j3 = fill('upg3');
+sql('upg3', "SELECT pgjq.create_queue('flow')");
+my $dep3 = sql('upg3', "SELECT pgjq.enqueue('flow', '{\"step\": 1}')");
+my $waiter3 = sql('upg3', "SELECT pgjq.enqueue('flow', '{\"step\": 2}', after => ARRAY[$dep3]::bigint[])");
+$node->restart;
+check_states('upg3', $j3, '0.3.0, its tables read back after a restart');
+is(sql('upg3', "SELECT state FROM pgjq.job($waiter3)"), 'waiting', '0.3.0: the waiting job waits');
+is(sql('upg3', 'SELECT count(*) FROM pgjq.verify()'), '0', '0.3.0: shared memory and the tables agree');
+sql('upg3', "SELECT pgjq.create_queue('pre')");
+my $pre3 = sql('upg3', "SELECT pgjq.enqueue('pre', '{\"n\": \"pre\"}')");
+is(sql('upg3', "SELECT pgjq.complete(id, token) FROM pgjq.claim('pre')"), 't',
+	'0.3.0 before the update: this library enqueues, claims and completes');
+my $max_id3 = sql('upg3', 'SELECT last_value FROM pgjq.job_id_seq');
+
+sql('upg3', 'ALTER EXTENSION pgjq UPDATE');
+is(sql('upg3', "SELECT extversion FROM pg_extension WHERE extname = 'pgjq'"),
+	$control_version, "0.3.0 updated to $control_version");
+check_states('upg3', $j3, 'after the update from 0.3.0');
+is(sql('upg3', "SELECT state FROM pgjq.job($pre3)"), 'completed',
+	'after the update from 0.3.0: the job completed before it is completed');
+is(sql('upg3', "SELECT state || ' ' || waiting_for::text FROM pgjq.job($waiter3)"), "waiting {$dep3}",
+	'after the update from 0.3.0: the waiting job still waits for its dependency');
+is(sql('upg3', 'SELECT count(*) FROM pgjq.verify()'), '0',
+	'after the update from 0.3.0: shared memory and the tables agree');
+is(sql('upg3', "SELECT pgjq.enqueue('u', dedup_key => 'once')"), $j3->{ready},
+	'after the update from 0.3.0: a dedup_key still finds its unfinished job');
+# ids go on where they were: the (group + 1) << 48 ranges are citus_setup()'s
+my $new3 = sql('upg3', "SELECT pgjq.enqueue('pre', '{\"n\": \"new\"}')");
+ok($new3 > $max_id3 && $new3 < 2**48,
+	"after the update from 0.3.0: a new id ($new3) follows the old ones, below 2^48");
+is(sql('upg3', "SELECT count(pgjq.complete(id, token)) FROM pgjq.claim('pre')"), '1',
+	'after the update from 0.3.0: the new job is claimed and completed');
+is(sql('upg3', "SELECT pgjq.complete($j3->{running}, $j3->{running_token})"), 't',
+	'after the update from 0.3.0: the running job completes with its token');
+# the queue-first forms are the plain ones on a single server
+my @c3 = map { [ split /\|/ ] } split /\n/,
+  sql('upg3', "SELECT id, token FROM pgjq.claim('u', 10) ORDER BY id");
+is(join(',', map { $_->[0] } @c3), join(',', sort { $a <=> $b } ($j3->{ready}, $j3->{ready2})),
+	'after the update from 0.3.0: the ready jobs are claimed, nothing else');
+is(sql('upg3', "SELECT state FROM pgjq.job_in('u', $c3[0][0])"), 'running',
+	'after the update from 0.3.0: job_in() reports a claimed job');
+is(sql('upg3', "SELECT pgjq.heartbeat_in('u', $c3[0][0], $c3[0][1]) > now()"), 't',
+	'after the update from 0.3.0: heartbeat_in() extends its lease');
+is(sql('upg3', "SELECT pgjq.complete_in('u', ARRAY[" . join(',', map { $_->[0] } @c3) . "]::bigint[], ARRAY["
+	  . join(',', map { $_->[1] } @c3) . "]::bigint[])"), scalar(@c3),
+	'after the update from 0.3.0: complete_in() completes them with their tokens');
+is(sql('upg3', "SELECT pgjq.cancel_in('u', ARRAY[$j3->{later}]::bigint[])"), '1',
+	'after the update from 0.3.0: cancel_in() cancels a scheduled job');
+{
+	my ($ret, $out, $err) = $node->psql('upg3', "SELECT * FROM pgjq.route('u')",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/ERROR:\s+55000:.*route\(\) needs pgjq on Citus/,
+		'after the update from 0.3.0: route() says a single server is no Citus cluster (55000)');
+}
+ok( $node->poll_query_until('upg3',
+		"SELECT state = 'ready' FROM pgjq.job($j3->{scheduled})"),
+	'after the update from 0.3.0: the worker promotes the scheduled job');
+is(sql('upg3', "SELECT count(pgjq.complete(id, token)) FROM pgjq.claim('flow', 10)"), '1',
+	'after the update from 0.3.0: the dependency is claimed and completed');
+ok($node->poll_query_until('upg3', "SELECT state = 'ready' FROM pgjq.job($waiter3)"),
+	'after the update from 0.3.0: the waiting job is released by the worker');
+is(sql('upg3', "SELECT pgjq.retry_dead('mortal')"), '1', 'after the update from 0.3.0: the dead job is redriven');
+is(sql('upg3', "SELECT pgjq.fail_in('mortal', id, token, 'boom again') FROM pgjq.claim('mortal')"), 'dead',
+	'after the update from 0.3.0: fail_in() fails the redriven job, dead again');
+is(sql('upg3', "SELECT count(*) FROM pgjq.claim('sleepy')"), '0',
+	'after the update from 0.3.0: a paused queue stays paused');
+is(sql('upg3', "SELECT count(*) FROM pgjq.claim('limited', 5)"), '1',
+	'after the update from 0.3.0: a queue with limits still hands out its job');
+$node->restart;
+check_states('upg3', { states => { dead => 'dead', cancelled => 'cancelled', later => 'cancelled',
+	completed => 'completed', running => 'completed', ready => 'completed', ready2 => 'completed' },
+	map { $_ => $j3->{$_} } qw(dead cancelled later completed running ready ready2) },
+	'after the update from 0.3.0 and a restart');
+is(sql('upg3', 'SELECT count(*) FROM pgjq.verify()'), '0',
+	'after the update from 0.3.0 and a restart: shared memory and the tables agree');
+schema_is(sql('upg3', $schema_query), $fresh, 'an installation updated from 0.3.0 has the schema of a new one');
 
 # ------------------------------------------------------- 2. dump and restore
 
@@ -391,8 +512,7 @@ is(sql('dst', "WITH c AS (SELECT * FROM pgjq.claim('flow', 10))"
 sql('dst', 'SELECT pgjq.promote()');
 is(sql('dst', "SELECT string_agg(payload->>'step', ',') FROM pgjq.claim('flow', 10)"), '2',
 	'after restore: its completion releases the waiting job');
-is(sql('dst', $schema_query), sql('fresh', $schema_query),
-	'after restore: the schema is that of a new installation');
+schema_is(sql('dst', $schema_query), $fresh, 'after restore: the schema is that of a new installation');
 
 $node->stop;
 done_testing();
