@@ -23,6 +23,7 @@
 #include "citus/ownership.h"
 #include "citus/citus_mode.h"
 #include "citus/moves.h"
+#include "engine/engine.h"
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -262,15 +263,25 @@ pgjq_route(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }
 
-/* pgjq._serve(queue): the guard of the queue-first forms (a USE call) */
+/*
+ * pgjq._serve(queue): the guard of the queue-first forms (a USE call), and
+ * the queue must exist here, as for every queue-first call
+ */
 Datum
 pgjq_serve(PG_FUNCTION_ARGS)
 {
+	char	   *queue;
+	PgjqQueue	q;
+
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("queue must not be NULL")));
-	pgjq_citus_guard_queue(text_to_cstring(PG_GETARG_TEXT_PP(0)), PGJQ_GUARD_USE);
+	queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	pgjq_citus_guard_queue(queue, PGJQ_GUARD_USE);
+	pgjq_storage_begin();
+	pgjq_storage_queue_get_or_error(queue, &q);
+	pgjq_storage_end();
 	PG_RETURN_VOID();
 }
 
