@@ -201,8 +201,16 @@ $c->safe_psql(0, "SELECT citus_set_node_property('127.0.0.1', $p2, 'shouldhavesh
 
 # ------------------------------------ a Citus move behind pgjq's back is loud
 
+# A long-lived session on worker 1 (a pooled connection): the guard caches
+# where qa is served; Citus's placement change must reach that cache.
+my $pooled = $c->node(1)->background_psql('postgres', on_error_stop => 0);
+my $not_delegated = q{SELECT count(*) >= 0 FROM pgjq.claim('qa', (random() * 0 + 1)::integer);};
+is($pooled->query($not_delegated), 't', 'a long-lived session on worker 1 serves qa');
 $c->safe_psql(0,
 	"SELECT citus_move_shard_placement($qa_shard, '127.0.0.1', $p1, '127.0.0.1', $p2, shard_transfer_mode := 'block_writes')");
+$pooled->query($not_delegated);
+like($pooled->{stderr}, qr/PJ001|queue "qa" is served by node 127\.0\.0\.1:$p2/,
+	'after a Citus move, the same session refuses qa (its cache followed the move)');
 fails_with(1, q{SELECT count(*) FROM pgjq.claim('qa', (random() * 0 + 1)::integer)}, 'PJ001',
 	qr/queue "qa" is served by node 127\.0\.0\.1:$p2/,
 	'after a Citus move, the old node refuses the queue (the guard saw the move)');
@@ -211,6 +219,8 @@ fails_with(0, q{SELECT count(*) FROM pgjq.claim('qa')}, '42704', qr/queue "qa" d
 $c->safe_psql(0,
 	"SELECT citus_move_shard_placement($qa_shard, '127.0.0.1', $p2, '127.0.0.1', $p1, shard_transfer_mode := 'block_writes')");
 is($c->safe_psql(0, q{SELECT count(*) >= 0 FROM pgjq.claim('qa')}), 't', 'moved back: served again');
+is($pooled->query($not_delegated), 't', 'and the long-lived session serves it again');
+$pooled->quit;
 
 $c->stop;
 done_testing();
