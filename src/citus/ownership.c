@@ -169,24 +169,28 @@ pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call)
 	if (IsBackgroundWorker || !pgjq_citus_guard_on || !pgjq_citus_mode())
 		return;
 	o = owner_of(queue);
-	if (o->group == pgjq_citus_local_group())
+	if (o->fence != 0)
 	{
-		if ((o->fence != 0 && (call == PGJQ_GUARD_ADD || call == PGJQ_GUARD_CREATE)) ||
-			(o->fence == 's' && call == PGJQ_GUARD_CLAIM))
-		{
-			ereport(ERROR,
-					(errcode(PGJQ_ERRCODE_QUEUE_MOVING),
-					 errmsg("queue \"%s\" is moving to another node", queue),
-					 errdetail("pgjq.move_queues() is moving routing shard %lld; enqueues (and, in "
-							   "its last moments, claims) resume on the new node when it switches; "
-							   "outcomes are served meanwhile.",
-							   (long long) o->shard),
-					 errhint("Retry the call in a moment.")));
-		}
-		return;
+		/*
+		 * This node is the source of a move of the queue's shard: it serves
+		 * the outcomes of what it holds until the move drops the queue, and
+		 * claims until the move's last moments; what adds jobs waits for the
+		 * new node.  Also right after the switch: a call delegated on the
+		 * metadata of a moment before gets "moving", retryable.
+		 */
+		if (call == PGJQ_GUARD_USE ||
+			(call == PGJQ_GUARD_CLAIM && o->fence == 'f' && o->group == pgjq_citus_local_group()))
+			return;
+		ereport(ERROR,
+				(errcode(PGJQ_ERRCODE_QUEUE_MOVING),
+				 errmsg("queue \"%s\" is moving to another node", queue),
+				 errdetail("pgjq.move_queues() is moving routing shard %lld; enqueues (and, in "
+						   "its last moments, claims) resume on the new node when it switches; "
+						   "outcomes are served meanwhile.",
+						   (long long) o->shard),
+				 errhint("Retry the call in a moment.")));
 	}
-	/* the source of a move serves what it holds until it is dropped */
-	if (o->fence != 0 && call == PGJQ_GUARD_USE)
+	if (o->group == pgjq_citus_local_group())
 		return;
 	wrong_node(queue, o);
 }

@@ -1,7 +1,8 @@
 # Copyright (c) pgjq contributors
 #
 # pgjq on Citus under load: producers and workers through the coordinator,
-# each call recorded in a ledger that is itself distributed and colocated
+# and workers straight on the queue's node (found with route()), each call
+# recorded in a ledger that is itself distributed and colocated
 # with the queue (so the call and its record commit together on one node,
 # and move with it).  Under that load the queue moves twice with
 # pgjq.move_queues() (there and back), and the node serving another queue
@@ -74,16 +75,33 @@ SELECT pgjq.complete_in('c', ':ids', ':tokens') AS n \gset
 INSERT INTO done VALUES ('c', ':ids', ':tokens', :n);
 COMMIT;
 });
+# a worker connected straight to the queue's node: plain complete(ids, tokens)
+my $work_direct = script('work_direct', q{BEGIN;
+SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(token), '{}') AS tokens,
+       coalesce(max(lease_until)::text, '') AS lease_until FROM pgjq.claim('c', 5) \gset
+INSERT INTO claimed (queue, ids, tokens, lease_until) VALUES ('c', ':ids', ':tokens', NULLIF(':lease_until', '')::timestamptz);
+COMMIT;
+BEGIN;
+SELECT pgjq.complete(':ids'::bigint[], ':tokens'::bigint[]) AS n \gset
+INSERT INTO done VALUES ('c', ':ids', ':tokens', :n);
+COMMIT;
+});
 my $stop = "$tmp/stop";
 my $pgbench = "pgbench -n -h " . $c->coordinator->host . " -p $port{0} -d postgres -T 3";
 # pgbench ends a client at its first error (a move's PJ002, a lost node):
 # each loop starts it again until the test says stop
 my @bg;
-for my $what (["produce", "$pgbench -c 4 -j 2 -f $produce"], ["work", "$pgbench -c 4 -j 2 -f $work"])
+for my $what (["produce", "$pgbench -c 4 -j 2 -f $produce"], ["work", "$pgbench -c 2 -j 2 -f $work"])
 {
 	my ($name, $cmd) = @$what;
 	push @bg, IPC::Run::start(['sh', '-c', "while [ ! -f $stop ]; do $cmd >>$tmp/$name.log 2>&1; sleep 0.1; done"]);
 }
+# the direct workers ask route() where the queue is before each round, as
+# a worker that connects to the queue's node does
+my $host = $c->coordinator->host;
+push @bg, IPC::Run::start(['sh', '-c', "while [ ! -f $stop ]; do
+	port=\$(psql -XAtq -h $host -p $port{0} -d postgres -c \"SELECT node_port FROM pgjq.route('c')\");
+	pgbench -n -h $host -p \$port -d postgres -T 3 -c 2 -j 2 -f $work_direct >>$tmp/work_direct.log 2>&1; sleep 0.1; done"]);
 sub count_of { return $c->safe_psql(0, "SELECT count(*) FROM $_[0] WHERE queue = 'c'"); }
 sub wait_for_more
 {
@@ -190,6 +208,13 @@ note scalar(@errs) . " producer errors, " . scalar(@other) . " other than 'movin
 is(scalar(@other), 0, "producers saw only the retryable 'moving' error, or a refusal of the whole transaction")
   or diag join("\n", grep { defined } @other[0 .. 4]);
 is($q->(q{SELECT count(*) FROM pg_prepared_xacts}), 0, 'nothing left prepared on the coordinator');
+my $dlog = slurp_file("$tmp/work_direct.log");
+my $direct = 0;
+$direct += $_ for $dlog =~ /number of transactions actually processed: (\d+)/g;
+ok($direct > 0, "workers straight on the queue's node ran $direct cycles");
+my @derr = grep { !/is moving to another node|is served by node|was issued by node|terminating connection|server closed/ }
+  ($dlog =~ /ERROR:\s+([^\n]*)/g);
+is(scalar(@derr), 0, "their errors were the guard's (a move) only") or diag join("\n", grep { defined } @derr[0 .. 4]);
 
 $c->stop;
 done_testing();
