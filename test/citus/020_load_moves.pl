@@ -87,6 +87,9 @@ INSERT INTO done VALUES ('c', ':ids', ':tokens', :n);
 COMMIT;
 });
 my $stop = "$tmp/stop";
+# the loops end with the test, also when it dies
+my $me = $$;
+END { if (defined $stop) { open my $f, '>', $stop; close $f; } }
 my $pgbench = "pgbench -n -h " . $c->coordinator->host . " -p $port{0} -d postgres -T 3";
 # pgbench ends a client at its first error (a move's PJ002, a lost node):
 # each loop starts it again until the test says stop
@@ -94,12 +97,13 @@ my @bg;
 for my $what (["produce", "$pgbench -c 4 -j 2 -f $produce"], ["work", "$pgbench -c 2 -j 2 -f $work"])
 {
 	my ($name, $cmd) = @$what;
-	push @bg, IPC::Run::start(['sh', '-c', "while [ ! -f $stop ]; do $cmd >>$tmp/$name.log 2>&1; sleep 0.1; done"]);
+	push @bg, IPC::Run::start(['sh', '-c',
+		"while [ ! -f $stop ] && kill -0 $me 2>/dev/null; do $cmd >>$tmp/$name.log 2>&1; sleep 0.1; done"]);
 }
 # the direct workers ask route() where the queue is before each round, as
 # a worker that connects to the queue's node does
 my $host = $c->coordinator->host;
-push @bg, IPC::Run::start(['sh', '-c', "while [ ! -f $stop ]; do
+push @bg, IPC::Run::start(['sh', '-c', "while [ ! -f $stop ] && kill -0 $me 2>/dev/null; do
 	port=\$(psql -XAtq -h $host -p $port{0} -d postgres -c \"SELECT node_port FROM pgjq.route('c')\");
 	pgbench -n -h $host -p \$port -d postgres -T 3 -c 2 -j 2 -f $work_direct >>$tmp/work_direct.log 2>&1; sleep 0.1; done"]);
 sub count_of { return $c->safe_psql(0, "SELECT count(*) FROM $_[0] WHERE queue = 'c'"); }
