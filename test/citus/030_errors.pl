@@ -1,0 +1,96 @@
+# Copyright (c) pgjq contributors
+#
+# The Citus mode's refusals, each with its message: citus_setup() with a
+# node's metadata not synced; move_queues() with bad arguments, off the
+# coordinator, with dead jobs, and when the source does not empty within
+# drain_wait (nothing moves, the fence is lifted, the target keeps no
+# copy); a move cut short is finished by calling it again.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgjqCitus;
+
+plan skip_all => citus_skip_reason() unless citus_available();
+
+my $c = citus_cluster();
+my ($p1, $p2) = map { $c->node_port($_) } 1, 2;
+
+sub fails_with
+{
+	my ($n, $sql, $state, $re, $what) = @_;
+	my ($rc, $out, $err) = $c->psql($n, "\\set VERBOSITY verbose\n$sql");
+	isnt($rc, 0, "$what: refused");
+	like($err, qr/ERROR:\s+$state:/, "$what: SQLSTATE $state") or diag $err;
+	like($err, $re, "$what: the message") or diag $err;
+	return $err;
+}
+
+# ------------------------------------------------------------ citus_setup
+
+$c->safe_psql(0, "SELECT stop_metadata_sync_to_node('127.0.0.1', $p2)");
+fails_with(0, 'SELECT * FROM pgjq.citus_setup(8)', '55000', qr/metadata sync is off for node 127\.0\.0\.1:$p2/,
+	'citus_setup() with a node whose metadata is not synced');
+is($c->safe_psql(0, q{SELECT to_regclass('pgjq.queue_route') IS NULL}), 't', 'and nothing was made');
+$c->safe_psql(0, "SELECT start_metadata_sync_to_node('127.0.0.1', $p2)");
+$c->safe_psql(0, 'SELECT * FROM pgjq.citus_setup(8)');
+
+# ------------------------------------------------------------ move_queues
+
+$c->safe_psql(0, q{SELECT pgjq.create_queue('qa', max_attempts => 1)});
+my ($shard, $home) = split /\|/, $c->safe_psql(0, q{SELECT shard, node_port FROM pgjq.route('qa')});
+my $other = $home == $p1 ? $p2 : $p1;
+my $home_n = $home == $p1 ? 1 : 2;
+
+fails_with(1, "CALL pgjq.move_queues($shard, '127.0.0.1', $other)", '55000', qr/move_queues\(\) runs on the coordinator/,
+	'move_queues() on a worker');
+fails_with(0, "CALL pgjq.move_queues(1, '127.0.0.1', $other)", '22023', qr/shard 1 is not a shard of pgjq\.queue_route/,
+	'move_queues() of a shard that is not a routing shard');
+fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', 1)", '22023', qr/no active primary node 127\.0\.0\.1:1 in the cluster/,
+	'move_queues() to a node that is not in the cluster');
+fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other, '-1 s')", '22023', qr/drain_wait must not be negative/,
+	'move_queues() with a negative drain_wait');
+
+# a dead job: a move carries no job
+my $id = $c->safe_psql(0, q{SELECT pgjq.enqueue('qa', '{}')});
+my ($cid, $tok) = split /\|/, $c->safe_psql(0, q{SELECT id, token FROM pgjq.claim('qa')});
+is($c->safe_psql(0, "SELECT pgjq.fail_in('qa', $cid, $tok, 'no')"), 'dead', 'a dead job');
+fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other)", '55006',
+	qr/the queues of routing shard $shard hold 1 dead jobs/, 'move_queues() with dead jobs');
+is($c->safe_psql(0, q{SELECT pgjq.retry_dead('qa')}), 1, 'redriven');
+
+# a job that does not finish within drain_wait: nothing moves
+is($c->safe_psql($home_n, q{SELECT count(*) FROM pgjq.queue_fence}), 0, 'no fence before');
+fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other, drain_wait => '1 s')", '55006',
+	qr/still hold 1 unfinished and 0 dead jobs after 00:00:01: nothing moved/,
+	'move_queues() when the source does not empty in time');
+is($c->safe_psql(0, q{SELECT node_port FROM pgjq.route('qa')}), $home, 'the queue is still served where it was');
+is($c->safe_psql($home_n, q{SELECT count(*) FROM pgjq.queue_fence}), 0, 'the fence is lifted');
+is($c->safe_psql($home_n == 1 ? 2 : 1, q{SELECT count(*) FROM pgjq.queue}), 0, 'the target kept no copy');
+like($c->safe_psql(0, q{SELECT pgjq.enqueue('qa', '{}')}), qr/^\d+$/, 'enqueues are taken again');
+
+# a move cut short after its switch (the source's queues not dropped yet):
+# calling it again finishes it
+$c->safe_psql(0, q{SELECT pgjq.purge('qa')});
+my ($rid, $rtok) = split /\|/, $c->safe_psql(0, q{SELECT id, token FROM pgjq.claim('qa')});
+$c->safe_psql(0, "SELECT pgjq.complete_in('qa', '{$rid}', '{$rtok}')");
+$c->safe_psql(0, "SELECT pgjq._citus_on('127.0.0.1', $other, 'SELECT pgjq._citus_adopt_queues('
+	|| quote_literal(pgjq._citus_on('127.0.0.1', $home, 'SELECT pgjq._citus_shard_queues($shard)')) || ')')");
+$c->safe_psql(0, "SELECT pgjq._citus_on('127.0.0.1', $home, 'SELECT pgjq._citus_fence($shard, 0, ''s'')')");
+$c->safe_psql(0,
+	"SELECT citus_move_shard_placement($shard, '127.0.0.1', $home, '127.0.0.1', $other, shard_transfer_mode := 'block_writes')");
+my ($rc, $out, $err) = $c->psql(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other)");
+is($rc, 0, 'move_queues() again after a switch without its last step');
+like($err, qr/its queues on 127\.0\.0\.1:$home are dropped now/, 'it says what it finished');
+is($c->safe_psql($home_n, q{SELECT count(*) FROM pgjq.queue}) . ' '
+	  . $c->safe_psql($home_n, q{SELECT count(*) FROM pgjq.queue_fence}), '0 0',
+	'the source has neither the queue nor the fence');
+like($c->safe_psql(0, q{SELECT pgjq.enqueue('qa', '{}')}), qr/^\d+$/, 'the queue is served on its new node');
+
+$c->stop;
+done_testing();
