@@ -191,7 +191,26 @@ pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call)
 				 errhint("Retry the call in a moment.")));
 	}
 	if (o->group == pgjq_citus_local_group())
+	{
+		PgjqQueue	q;
+
+		/*
+		 * Served here but not here: never created, or Citus moved the shard
+		 * here behind pgjq's back (the queue and its jobs stayed where they
+		 * were).  The same SQLSTATE as any unknown queue, with the reason.
+		 */
+		if (call != PGJQ_GUARD_CREATE && !pgjq_storage_queue_get(queue, &q))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("queue \"%s\" does not exist", queue),
+					 errdetail("This node holds the queue's routing shard (%lld of pgjq.queue_route) "
+							   "but no such queue: it was never created, or Citus moved the shard "
+							   "here without pgjq.move_queues(), and the queue and its jobs "
+							   "stayed on the node that had it.", (long long) o->shard),
+					 errhint("Move the shard back with citus_move_shard_placement(), then use "
+							 "CALL pgjq.move_queues() to move queues.")));
 		return;
+	}
 	wrong_node(queue, o);
 }
 
