@@ -5,8 +5,8 @@
 # recorded in a ledger that is itself distributed and colocated
 # with the queue (so the call and its record commit together on one node,
 # and move with it).  Under that load the queue moves twice with
-# pgjq.move_queues() (there and back), and the node serving another queue
-# is killed (-9) and restarted.  Then: nothing lost, nothing completed
+# pgjq.move_queues() (there and back), the node serving another queue is
+# killed (-9) and restarted, then the node serving the loaded queue.  Then: nothing lost, nothing completed
 # twice, no job claimed while an earlier lease of it was valid; producers
 # saw only the retryable "moving" error; the killed node's queue failed
 # fast while it was down and came back with its jobs.
@@ -67,7 +67,7 @@ COMMIT;
 });
 my $work = script('work', q{BEGIN;
 SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(token), '{}') AS tokens,
-       coalesce(max(lease_until)::text, '') AS lease_until FROM pgjq.claim('c', 5) \gset
+       coalesce(max(lease_until)::text, '') AS lease_until FROM pgjq.claim('c', 1) \gset
 INSERT INTO claimed (queue, ids, tokens, lease_until) VALUES ('c', ':ids', ':tokens', NULLIF(':lease_until', '')::timestamptz);
 COMMIT;
 BEGIN;
@@ -78,7 +78,7 @@ COMMIT;
 # a worker connected straight to the queue's node: plain complete(ids, tokens)
 my $work_direct = script('work_direct', q{BEGIN;
 SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(token), '{}') AS tokens,
-       coalesce(max(lease_until)::text, '') AS lease_until FROM pgjq.claim('c', 5) \gset
+       coalesce(max(lease_until)::text, '') AS lease_until FROM pgjq.claim('c', 1) \gset
 INSERT INTO claimed (queue, ids, tokens, lease_until) VALUES ('c', ':ids', ':tokens', NULLIF(':lease_until', '')::timestamptz);
 COMMIT;
 BEGIN;
@@ -167,6 +167,22 @@ for (1 .. 100)
 }
 is($back, 3, "$qf\'s jobs came back with its node and are claimed again");
 
+# ------------------------------- kill -9 of the node serving c, under load
+
+my $home_n = $home == $port{1} ? 1 : 2;
+my $hnode = $c->node($home_n);
+kill 'KILL', (split /\n/, slurp_file($hnode->data_dir . '/postmaster.pid'))[0];
+usleep(500_000);
+($rc, $out, $err) = $c->psql(0, q{SELECT pgjq.enqueue('c', '{}')});
+isnt($rc, 0, 'c while its node is down: refused');
+like($err, qr/connection to the remote node .*:$home failed|terminating connection|could not connect|server closed the connection/,
+	'with a clear error naming the node') or diag $err;
+$hnode->{_pid} = undef;
+usleep(2_000_000);
+ok($c->start_worker($home_n), "c's node is back");
+wait_for_more('done', "after c's node came back");
+wait_for_more('produced', "after c's node came back");
+
 # ------------------------------------------------------------- the ledger
 
 open my $fh, '>', $stop or die;
@@ -178,15 +194,15 @@ ok($produced > 100, "$produced jobs produced");
 for (1 .. 600)
 {
 	last if $c->safe_psql(0, q{SELECT count(*) FROM produced p WHERE queue = 'c' AND NOT EXISTS
-		(SELECT 1 FROM done d, unnest(d.ids) u(id) WHERE d.queue = 'c' AND u.id = p.id AND d.n > 0)}) == 0;
+		(SELECT 1 FROM done d WHERE d.queue = 'c' AND d.ids = ARRAY[p.id] AND d.n = 1)}) == 0;
 	system("pgbench -n -h " . $c->coordinator->host . " -p $port{0} -d postgres -c 2 -t 20 -f $work >>$tmp/drain.log 2>&1");
 	usleep(100_000);
 }
 my $q = sub { $c->safe_psql(0, $_[0]) };
-# every id in a done row whose whole batch completed, or (a batch with a
-# stale token: its lease had run out) in a later one
+# workers claim one job at a time, so each done row acknowledges exactly
+# its job (n = 1) or records a stale token (n = 0: its lease had run out)
 is( $q->(q{SELECT count(*) FROM produced p WHERE queue = 'c' AND NOT EXISTS
-	(SELECT 1 FROM done d, unnest(d.ids) u(id) WHERE d.queue = 'c' AND u.id = p.id AND d.n > 0)}),
+	(SELECT 1 FROM done d WHERE d.queue = 'c' AND d.ids = ARRAY[p.id] AND d.n = 1)}),
 	0, 'nothing lost: every produced job completed');
 # a job only with its ledger row: the enqueue and its record committed
 # together, also when the switch caught a transaction (refused whole)
@@ -207,16 +223,18 @@ my @errs = $plog =~ /ERROR:\s+([^\n]*)/g;
 # around the switch a producer's transaction was seen refused whole at
 # COMMIT (its two statements reached two nodes; pgjq refuses PREPARE): a
 # clean refusal, checked above to leave no job without its row
-my @other = grep { !/is moving to another node|cannot PREPARE a transaction/ } @errs;
+# and while c's node was down, the connection errors that say so
+my $down = qr/connection to the remote node|could not commit transaction for shard|terminating connection|server closed the connection|could not connect|the database system is (?:starting up|shutting down|in recovery mode)/;
+my @other = grep { !/is moving to another node|cannot PREPARE a transaction/ && !/$down/ } @errs;
 note scalar(@errs) . " producer errors, " . scalar(@other) . " other than 'moving' or refused whole";
-is(scalar(@other), 0, "producers saw only the retryable 'moving' error, or a refusal of the whole transaction")
+is(scalar(@other), 0, "producers saw only 'moving', a refusal of the whole transaction, or the node down")
   or diag join("\n", grep { defined } @other[0 .. 4]);
 is($q->(q{SELECT count(*) FROM pg_prepared_xacts}), 0, 'nothing left prepared on the coordinator');
 my $dlog = slurp_file("$tmp/work_direct.log");
 my $direct = 0;
 $direct += $_ for $dlog =~ /number of transactions actually processed: (\d+)/g;
 ok($direct > 0, "workers straight on the queue's node ran $direct cycles");
-my @derr = grep { !/is moving to another node|is served by node|was issued by node|terminating connection|server closed/ }
+my @derr = grep { !/is moving to another node|is served by node|was issued by node/ && !/$down/ }
   ($dlog =~ /ERROR:\s+([^\n]*)/g);
 is(scalar(@derr), 0, "their errors were the guard's (a move) only") or diag join("\n", grep { defined } @derr[0 .. 4]);
 
