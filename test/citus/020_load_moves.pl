@@ -195,7 +195,7 @@ for (1 .. 600)
 {
 	last if $c->safe_psql(0, q{SELECT count(*) FROM produced p WHERE queue = 'c' AND NOT EXISTS
 		(SELECT 1 FROM done d WHERE d.queue = 'c' AND d.ids = ARRAY[p.id] AND d.n = 1)}) == 0;
-	system("pgbench -n -h " . $c->coordinator->host . " -p $port{0} -d postgres -c 2 -t 20 -f $work >>$tmp/drain.log 2>&1");
+	system("pgbench -n -h " . $c->coordinator->host . " -p $port{0} -d postgres -c 4 -j 2 -T 2 -f $work >>$tmp/drain.log 2>&1");
 	usleep(100_000);
 }
 my $q = sub { $c->safe_psql(0, $_[0]) };
