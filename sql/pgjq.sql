@@ -1140,7 +1140,9 @@ RETURNS jsonb
 LANGUAGE sql STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 	SELECT jsonb_build_object('unfinished', coalesce(sum(s.ready + s.scheduled + s.running + s.waiting), 0),
-							  'dead', coalesce(sum(s.dead), 0), 'queues', count(*))
+							  'dead', coalesce(sum(s.dead), 0), 'queues', count(*),
+							  'schedules', (SELECT count(*) FROM pgjq.schedules p
+											 WHERE get_shard_id_for_distribution_column('pgjq.queue_route'::regclass, p.queue) = $1))
 	  FROM pgjq.queue_stats s
 	 WHERE get_shard_id_for_distribution_column('pgjq.queue_route'::regclass, s.queue) = $1
 $$;
@@ -1266,6 +1268,12 @@ BEGIN
 	END IF;
 
 	st := pgjq._citus_on(src.host, src.port, format('SELECT pgjq._citus_shard_jobs(%s)', shard))::jsonb;
+	IF (st->>'schedules')::bigint > 0 THEN
+		RAISE EXCEPTION 'the queues of routing shard % have % periodic jobs on %:%', shard, st->>'schedules', src.host, src.port
+			USING ERRCODE = 'object_in_use',
+				  DETAIL = 'A schedule lives on the node where it was made and enqueues there; a move does not carry it.',
+				  HINT = 'unschedule() them there, move the queues, then schedule() them again through any node.';
+	END IF;
 	IF (st->>'dead')::bigint > 0 THEN
 		RAISE EXCEPTION 'the queues of routing shard % hold % dead jobs', shard, st->>'dead'
 			USING ERRCODE = 'object_in_use',

@@ -56,6 +56,12 @@ fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', 1)", '22023', qr/no ac
 fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other, '-1 s')", '22023', qr/drain_wait must not be negative/,
 	'move_queues() with a negative drain_wait');
 
+# a periodic job: a move does not carry it
+$c->safe_psql($home_n, q{SELECT pgjq.schedule('nightly', '0 3 * * *', 'qa')});
+fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other)", '55006',
+	qr/the queues of routing shard $shard have 1 periodic jobs on 127\.0\.0\.1:$home/, 'move_queues() with a schedule');
+$c->safe_psql($home_n, q{SELECT pgjq.unschedule('nightly')});
+
 # a dead job: a move carries no job
 my $id = $c->safe_psql(0, q{SELECT pgjq.enqueue('qa', '{}')});
 my ($cid, $tok) = split /\|/, $c->safe_psql(0, q{SELECT id, token FROM pgjq.claim('qa')});
