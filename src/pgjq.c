@@ -218,8 +218,11 @@ preload_init(void)
 	pgjq_left_running_hook = metrics_left_running;
 	prev_jobs_finished_hook = pgjq_jobs_finished_hook;
 	pgjq_jobs_finished_hook = metrics_jobs_finished;
-	prev_storage_begin_citus_hook = pgjq_storage_begin_hook;
-	pgjq_storage_begin_hook = citus_storage_begin;
+	if (pgjq_citus_preloaded())
+	{
+		prev_storage_begin_citus_hook = pgjq_storage_begin_hook;
+		pgjq_storage_begin_hook = citus_storage_begin;
+	}
 	pgjq_ring_startup();
 	prev_became_ready_ring_hook = pgjq_became_ready_hook;
 	pgjq_became_ready_hook = ring_became_ready;
@@ -236,9 +239,16 @@ _PG_init(void)
 	pgjq_limits_running_keys_hook = pgjq_ring_running_keys;
 	pgjq_limits_keys_freed_hook = pgjq_ring_keys_freed;
 	pgjq_wait_finished_hook = pgjq_deps_note_finished;
-	/* the API's guard: which node serves a call (only under Citus) */
-	pgjq_queue_guard_hook = pgjq_citus_guard_queue;
-	pgjq_ids_guard_hook = pgjq_citus_guard_ids;
+
+	/*
+	 * the API's guard: which node serves a call, only where Citus can be on
+	 * (on a single server the hooks stay NULL: one test per call)
+	 */
+	if (pgjq_citus_preloaded())
+	{
+		pgjq_queue_guard_hook = pgjq_citus_guard_queue;
+		pgjq_ids_guard_hook = pgjq_citus_guard_ids;
+	}
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	preload_init();

@@ -66,8 +66,8 @@ relcache_callback(Datum arg, Oid relid)
 }
 
 /* Is citus in shared_preload_libraries (and so loaded in this process)? */
-static bool
-citus_is_loaded(void)
+bool
+pgjq_citus_preloaded(void)
 {
 	if (!citus_loaded_known)
 	{
@@ -143,7 +143,7 @@ look(void)
 bool
 pgjq_citus_mode(void)
 {
-	if (!citus_is_loaded())
+	if (!pgjq_citus_preloaded())
 		return false;
 	if (!mode_known)
 		look();
@@ -206,7 +206,7 @@ pgjq_citus_node_of_group(int32 group, char **host, int32 *port)
 void
 pgjq_citus_note_write(void)
 {
-	if (!citus_is_loaded())
+	if (!pgjq_citus_preloaded())
 		return;
 	if (use_2pc == NULL)
 		use_2pc = (Use2PCFunc) load_external_function("$libdir/citus",

@@ -25,6 +25,7 @@
 /* ids and tokens of node group g are (g + 1) << 48 | n (n < 2^48) */
 #define PGJQ_CITUS_ID_SHIFT 48
 
+extern bool pgjq_citus_preloaded(void);
 extern bool pgjq_citus_mode(void);
 extern int32 pgjq_citus_local_group(void);
 extern Oid	pgjq_citus_route_rel(void);

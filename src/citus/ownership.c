@@ -302,9 +302,7 @@ pgjq_serve(PG_FUNCTION_ARGS)
 				 errmsg("queue must not be NULL")));
 	queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	pgjq_citus_guard_queue(queue, PGJQ_GUARD_USE);
-	pgjq_storage_begin();
-	pgjq_storage_queue_get_or_error(queue, &q);
-	pgjq_storage_end();
+	pgjq_storage_queue_get_or_error(queue, &q); /* cached: no SPI needed */
 	PG_RETURN_VOID();
 }
 
