@@ -23,25 +23,14 @@ plan skip_all => citus_skip_reason() unless citus_available();
 my $c = citus_cluster();
 my ($p1, $p2) = map { $c->node_port($_) } 1, 2;
 
-# fails_with($n, $sql, $sqlstate, $re, $what): the statement fails on node
-# $n with that SQLSTATE and a message matching $re
-sub fails_with
-{
-	my ($n, $sql, $state, $re, $what) = @_;
-	my ($rc, $out, $err) = $c->psql($n, "\\set VERBOSITY verbose\n$sql");
-	isnt($rc, 0, "$what: refused");
-	like($err, qr/ERROR:\s+$state:/, "$what: SQLSTATE $state") or diag $err;
-	like($err, $re, "$what: the message") or diag $err;
-	return $err;
-}
 
 # ------------------------------------------------------------- setup
 
-fails_with(1, 'SELECT * FROM pgjq.citus_setup()', '55000', qr/runs on the coordinator/,
+$c->fails_with(1, 'SELECT * FROM pgjq.citus_setup()', '55000', qr/runs on the coordinator/,
 	'citus_setup() on a worker');
-fails_with(0, 'SELECT * FROM pgjq.citus_setup(0)', '22023', qr/shard_count must be between 1 and 64000/,
+$c->fails_with(0, 'SELECT * FROM pgjq.citus_setup(0)', '22023', qr/shard_count must be between 1 and 64000/,
 	'citus_setup(0)');
-fails_with(0, q{SELECT * FROM pgjq.route('qa')}, '55000', qr/route\(\) needs pgjq on Citus/,
+$c->fails_with(0, q{SELECT * FROM pgjq.route('qa')}, '55000', qr/route\(\) needs pgjq on Citus/,
 	'route() before citus_setup()');
 
 my $setup = $c->safe_psql(0, 'SELECT group_id, result FROM pgjq.citus_setup(8)');
@@ -99,25 +88,25 @@ is($c->safe_psql(1, "SELECT pgjq.complete($rid, $rtok)"), 't', 'complete(id, tok
 
 my $fj = $c->safe_psql(0, q{SELECT id || ':' || token FROM pgjq.claim('qf')});
 my ($fid, $ftok) = split /:/, $fj;
-fails_with(0, "SELECT pgjq.complete($fid, $ftok)", 'PJ001',
+$c->fails_with(0, "SELECT pgjq.complete($fid, $ftok)", 'PJ001',
 	qr/job $fid was issued by node 127\.0\.0\.1:$p2, not by this one/,
 	'complete(id, token) on the coordinator (never a silent stale)');
-fails_with(1, "SELECT pgjq.heartbeat($fid, $ftok)", 'PJ001', qr/issued by node 127\.0\.0\.1:$p2/,
+$c->fails_with(1, "SELECT pgjq.heartbeat($fid, $ftok)", 'PJ001', qr/issued by node 127\.0\.0\.1:$p2/,
 	'heartbeat(id, token) on the other worker');
-fails_with(0, "SELECT * FROM pgjq.job($fid)", 'PJ001', qr/issued by node 127\.0\.0\.1:$p2/,
+$c->fails_with(0, "SELECT * FROM pgjq.job($fid)", 'PJ001', qr/issued by node 127\.0\.0\.1:$p2/,
 	'job(id) on the coordinator');
-fails_with(1, "SELECT pgjq.cancel_many('{$fid}')", 'PJ001', qr/issued by node/, 'cancel_many on another node');
-fails_with(1, "SELECT * FROM pgjq.wait_jobs('{$fid}', '0')", 'PJ001', qr/issued by node/, 'wait_jobs on another node');
-fails_with(0, q{DO $$ BEGIN PERFORM pgjq.enqueue('qa', '{}'); END $$},
+$c->fails_with(1, "SELECT pgjq.cancel_many('{$fid}')", 'PJ001', qr/issued by node/, 'cancel_many on another node');
+$c->fails_with(1, "SELECT * FROM pgjq.wait_jobs('{$fid}', '0')", 'PJ001', qr/issued by node/, 'wait_jobs on another node');
+$c->fails_with(0, q{DO $$ BEGIN PERFORM pgjq.enqueue('qa', '{}'); END $$},
 	'PJ001', qr/queue "qa" is served by node 127\.0\.0\.1:$p1, not by this one/,
 	'PERFORM enqueue on the coordinator (not delegated)');
-fails_with(0, q{SELECT pgjq.enqueue('qa', jsonb_build_object('at', clock_timestamp()))},
+$c->fails_with(0, q{SELECT pgjq.enqueue('qa', jsonb_build_object('at', clock_timestamp()))},
 	'PJ001', qr/queue "qa" is served by node 127\.0\.0\.1:$p1/, 'a volatile argument (not delegated)');
-fails_with(2, q{SELECT count(*) FROM pgjq.claim('qa', (random() * 0 + 1)::integer)}, 'PJ001',
+$c->fails_with(2, q{SELECT count(*) FROM pgjq.claim('qa', (random() * 0 + 1)::integer)}, 'PJ001',
 	qr/served by node 127\.0\.0\.1:$p1/, 'a volatile argument on the other worker (not delegated)');
-fails_with(0, q{DO $$ BEGIN PERFORM pgjq.create_queue('qa'); END $$}, 'PJ001', qr/served by node/,
+$c->fails_with(0, q{DO $$ BEGIN PERFORM pgjq.create_queue('qa'); END $$}, 'PJ001', qr/served by node/,
 	'create_queue not delegated: no shadow queue on the coordinator');
-fails_with(2, q{DO $$ BEGIN PERFORM pgjq.complete_in('qa', '{1}', '{1}'); END $$}, 'PJ001',
+$c->fails_with(2, q{DO $$ BEGIN PERFORM pgjq.complete_in('qa', '{1}', '{1}'); END $$}, 'PJ001',
 	qr/served by node 127\.0\.0\.1:$p1/, 'complete_in not delegated');
 is($c->safe_psql(0, "SELECT pgjq.complete_in('qf', '{$fid}', '{$ftok}')"), 1,
 	'the same outcome in its queue-first form: completed');
@@ -148,7 +137,7 @@ is($c->safe_psql(0, q{SELECT count(*) FROM app_order WHERE id = 2}) . ' '
 	  . $c->safe_psql(1, q{SELECT ready FROM pgjq.queue_stats WHERE queue = 'qa'}),
 	'0 ' . ($before + 1), 'same node, rolled back: neither');
 
-fails_with(0, q{
+$c->fails_with(0, q{
 BEGIN;
 INSERT INTO app_order VALUES ('qf', 3, 'third');
 SELECT pgjq.enqueue('qa', '{"order": 3}');
@@ -211,10 +200,10 @@ $c->safe_psql(0,
 $pooled->query($not_delegated);
 like($pooled->{stderr}, qr/PJ001|queue "qa" is served by node 127\.0\.0\.1:$p2/,
 	'after a Citus move, the same session refuses qa (its cache followed the move)');
-fails_with(1, q{SELECT count(*) FROM pgjq.claim('qa', (random() * 0 + 1)::integer)}, 'PJ001',
+$c->fails_with(1, q{SELECT count(*) FROM pgjq.claim('qa', (random() * 0 + 1)::integer)}, 'PJ001',
 	qr/queue "qa" is served by node 127\.0\.0\.1:$p2/,
 	'after a Citus move, the old node refuses the queue (the guard saw the move)');
-my $lost = fails_with(0, q{SELECT count(*) FROM pgjq.claim('qa')}, '42704', qr/queue "qa" does not exist/,
+my $lost = $c->fails_with(0, q{SELECT count(*) FROM pgjq.claim('qa')}, '42704', qr/queue "qa" does not exist/,
 	'after a Citus move, delegated calls fail on the new node (never served from an empty copy)');
 like($lost, qr/Citus moved the shard here without pgjq\.move_queues\(\)/, 'saying why it may be so');
 $c->safe_psql(0,

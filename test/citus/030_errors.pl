@@ -21,20 +21,11 @@ plan skip_all => citus_skip_reason() unless citus_available();
 my $c = citus_cluster();
 my ($p1, $p2) = map { $c->node_port($_) } 1, 2;
 
-sub fails_with
-{
-	my ($n, $sql, $state, $re, $what) = @_;
-	my ($rc, $out, $err) = $c->psql($n, "\\set VERBOSITY verbose\n$sql");
-	isnt($rc, 0, "$what: refused");
-	like($err, qr/ERROR:\s+$state:/, "$what: SQLSTATE $state") or diag $err;
-	like($err, $re, "$what: the message") or diag $err;
-	return $err;
-}
 
 # ------------------------------------------------------------ citus_setup
 
 $c->safe_psql(0, "SELECT stop_metadata_sync_to_node('127.0.0.1', $p2)");
-fails_with(0, 'SELECT * FROM pgjq.citus_setup(8)', '55000', qr/metadata sync is off for node 127\.0\.0\.1:$p2/,
+$c->fails_with(0, 'SELECT * FROM pgjq.citus_setup(8)', '55000', qr/metadata sync is off for node 127\.0\.0\.1:$p2/,
 	'citus_setup() with a node whose metadata is not synced');
 is($c->safe_psql(0, q{SELECT to_regclass('pgjq.queue_route') IS NULL}), 't', 'and nothing was made');
 $c->safe_psql(0, "SELECT start_metadata_sync_to_node('127.0.0.1', $p2)");
@@ -47,18 +38,18 @@ my ($shard, $home) = split /\|/, $c->safe_psql(0, q{SELECT shard, node_port FROM
 my $other = $home == $p1 ? $p2 : $p1;
 my $home_n = $home == $p1 ? 1 : 2;
 
-fails_with(1, "CALL pgjq.move_queues($shard, '127.0.0.1', $other)", '55000', qr/move_queues\(\) runs on the coordinator/,
+$c->fails_with(1, "CALL pgjq.move_queues($shard, '127.0.0.1', $other)", '55000', qr/move_queues\(\) runs on the coordinator/,
 	'move_queues() on a worker');
-fails_with(0, "CALL pgjq.move_queues(1, '127.0.0.1', $other)", '22023', qr/shard 1 is not a shard of pgjq\.queue_route/,
+$c->fails_with(0, "CALL pgjq.move_queues(1, '127.0.0.1', $other)", '22023', qr/shard 1 is not a shard of pgjq\.queue_route/,
 	'move_queues() of a shard that is not a routing shard');
-fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', 1)", '22023', qr/no active primary node 127\.0\.0\.1:1 in the cluster/,
+$c->fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', 1)", '22023', qr/no active primary node 127\.0\.0\.1:1 in the cluster/,
 	'move_queues() to a node that is not in the cluster');
-fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other, '-1 s')", '22023', qr/drain_wait must not be negative/,
+$c->fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other, '-1 s')", '22023', qr/drain_wait must not be negative/,
 	'move_queues() with a negative drain_wait');
 
 # a periodic job: a move does not carry it
 $c->safe_psql($home_n, q{SELECT pgjq.schedule('nightly', '0 3 * * *', 'qa')});
-fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other)", '55006',
+$c->fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other)", '55006',
 	qr/the queues of routing shard $shard have 1 periodic jobs on 127\.0\.0\.1:$home/, 'move_queues() with a schedule');
 $c->safe_psql($home_n, q{SELECT pgjq.unschedule('nightly')});
 
@@ -66,13 +57,13 @@ $c->safe_psql($home_n, q{SELECT pgjq.unschedule('nightly')});
 my $id = $c->safe_psql(0, q{SELECT pgjq.enqueue('qa', '{}')});
 my ($cid, $tok) = split /\|/, $c->safe_psql(0, q{SELECT id, token FROM pgjq.claim('qa')});
 is($c->safe_psql(0, "SELECT pgjq.fail_in('qa', $cid, $tok, 'no')"), 'dead', 'a dead job');
-fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other)", '55006',
+$c->fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other)", '55006',
 	qr/the queues of routing shard $shard hold 1 dead jobs/, 'move_queues() with dead jobs');
 is($c->safe_psql(0, q{SELECT pgjq.retry_dead('qa')}), 1, 'redriven');
 
 # a job that does not finish within drain_wait: nothing moves
 is($c->safe_psql($home_n, q{SELECT count(*) FROM pgjq.queue_fence}), 0, 'no fence before');
-fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other, drain_wait => '1 s')", '55006',
+$c->fails_with(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $other, drain_wait => '1 s')", '55006',
 	qr/still hold 1 unfinished and 0 dead jobs after 00:00:01: nothing moved/,
 	'move_queues() when the source does not empty in time');
 is($c->safe_psql(0, q{SELECT node_port FROM pgjq.route('qa')}), $home, 'the queue is still served where it was');

@@ -218,6 +218,19 @@ sub kill9_worker
 	return $self->wait_ready($node);
 }
 
+# fails_with($n, $sql, $sqlstate, $re, $what): $sql fails on node $n with
+# that SQLSTATE and a message matching $re (three assertions); returns the
+# error text.
+sub fails_with
+{
+	my ($self, $n, $sql, $state, $re, $what) = @_;
+	my ($rc, $out, $err) = $self->psql($n, "\\set VERBOSITY verbose\n$sql");
+	Test::More::isnt($rc, 0, "$what: refused");
+	Test::More::like($err, qr/ERROR:\s+$state:/, "$what: SQLSTATE $state") or Test::More::diag($err);
+	Test::More::like($err, $re, "$what: the message") or Test::More::diag($err);
+	return $err;
+}
+
 # stop(): stops every node (fast); the test framework stops any left at exit.
 sub stop
 {
