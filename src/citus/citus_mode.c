@@ -40,8 +40,8 @@ static Use2PCFunc use_2pc = NULL;
 /* bumped whenever the above is dropped: ownership.c's caches follow it */
 static uint64 generation = 1;
 
-void
-pgjq_citus_forget(void)
+static void
+forget(void)
 {
 	mode_known = false;
 	generation++;
@@ -62,7 +62,7 @@ static void
 relcache_callback(Datum arg, Oid relid)
 {
 	if (!mode_on || relid == InvalidOid || relid == route_rel || relid == fence_rel)
-		pgjq_citus_forget();
+		forget();
 }
 
 /* Is citus in shared_preload_libraries (and so loaded in this process)? */

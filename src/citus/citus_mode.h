@@ -29,7 +29,6 @@ extern bool pgjq_citus_preloaded(void);
 extern bool pgjq_citus_mode(void);
 extern int32 pgjq_citus_local_group(void);
 extern Oid	pgjq_citus_route_rel(void);
-extern void pgjq_citus_forget(void);
 extern uint64 pgjq_citus_generation(void);
 extern void pgjq_citus_node_of_group(int32 group, char **host, int32 *port);
 extern void pgjq_citus_note_write(void);
