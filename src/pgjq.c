@@ -37,7 +37,6 @@
 #include "citus/moves.h"
 #include "citus/ownership.h"
 #include "common/guc.h"
-#include "common/spi_plans.h"
 #include "engine/deps.h"
 #include "engine/ring.h"
 #include "state/key_rate.h"
@@ -234,7 +233,6 @@ _PG_init(void)
 {
 	pgjq_guc_init();
 	pgjq_citus_moves_init();
-	pgjq_spi_plans_init();
 	/* what the state layer calls above it (see the file header) */
 	pgjq_limits_running_keys_hook = pgjq_ring_running_keys;
 	pgjq_limits_keys_freed_hook = pgjq_ring_keys_freed;

@@ -13,11 +13,13 @@
  */
 #include "common/spi_plans.h"
 
+#include "jit/jit.h"
 #include "optimizer/cost.h"
 #include "optimizer/planner.h"
 #include "utils/snapmgr.h"
 
 static planner_hook_type prev_planner_hook = NULL;
+static bool hook_installed = false;
 
 /* The PgjqPlan being executed (and perhaps planned) now, or NULL. */
 static PgjqPlan *executing = NULL;
@@ -51,15 +53,31 @@ plan_statement(Query *parse, const char *query_string, int cursorOptions,
 		enable_bitmapscan = bitmapscan;
 	}
 	PG_END_TRY();
+
+	/*
+	 * Never JIT-compiled: a path the settings above disable still costs
+	 * disable_cost (1e10), far above jit_above_cost, so a lookup with no
+	 * index to walk (job_done's ranges under job(id)) was compiled on every
+	 * execution: 150-300 ms for a lookup of 0.1 ms (wait_jobs woke that late).
+	 */
+	result->jitFlags = PGJIT_NONE;
 	return result;
 }
 
-/* From _PG_init, in every backend that loads pgjq. */
-void
-pgjq_spi_plans_init(void)
+/*
+ * Installed at a backend's first pgjq plan, not from _PG_init: a planner
+ * hook set while shared_preload_libraries loads would make a library loaded
+ * after pgjq that insists on being first (Citus: "Citus has to be loaded
+ * first") stop the server.  Installed later, it chains whatever is there.
+ */
+static void
+install_hook(void)
 {
+	if (hook_installed)
+		return;
 	prev_planner_hook = planner_hook;
 	planner_hook = plan_statement;
+	hook_installed = true;
 }
 
 static SPIPlanPtr
@@ -93,6 +111,7 @@ run(PgjqPlan *plan, Datum *values, const char *nulls, bool read_only, long count
 	int			rc;
 
 	/* the plan cache (re)plans inside SPI_execute_plan: tell the hook whose */
+	install_hook();
 	executing = plan;
 	PG_TRY();
 	{

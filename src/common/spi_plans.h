@@ -42,10 +42,10 @@ typedef struct PgjqPlan
  * dead entries again.  Such a plan is planned, whenever the plan cache
  * builds it, with enable_seqscan and enable_bitmapscan off (a planner hook,
  * so that executing a kept plan costs nothing more); where no index serves,
- * the planner still takes a sequential scan.
+ * the planner still takes a sequential scan.  Such plans are never
+ * JIT-compiled (spi_plans.c).
  */
 
-extern void pgjq_spi_plans_init(void);
 extern int	pgjq_spi_run(PgjqPlan *plan, Datum *values, const char *nulls, long count);
 extern int	pgjq_spi_run_latest(PgjqPlan *plan, Datum *values, const char *nulls, long count);
 extern Datum pgjq_spi_get(int row, int col, bool *isnull);
