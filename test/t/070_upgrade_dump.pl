@@ -51,8 +51,8 @@ ok(defined $meta->{prereqs}{runtime}{requires}{PostgreSQL},
 ok(-f "sql/pgjq--0.1.0.sql", 'the 0.1.0 script is kept');
 ok(-f "sql/pgjq--0.2.0.sql" && -f "sql/pgjq--0.3.0.sql", 'the 0.2.0 and 0.3.0 scripts are kept');
 ok(-f "sql/pgjq--0.1.0--0.2.0.sql" && -f "sql/pgjq--0.2.0--0.3.0.sql" && -f "sql/pgjq--0.3.0--0.4.0.sql"
-	  && $control_version eq '0.4.0',
-	"update scripts lead from 0.1.0 through 0.2.0 and 0.3.0 to $control_version");
+	  && -f "sql/pgjq--0.4.0.sql" && -f "sql/pgjq--0.4.0--0.4.1.sql" && $control_version eq '0.4.1',
+	"update scripts lead from 0.1.0 through 0.2.0, 0.3.0 and 0.4.0 to $control_version");
 
 # ------------------------------------------------------------------ server
 
