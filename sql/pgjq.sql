@@ -620,6 +620,16 @@ LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgjq_prune';
 COMMENT ON FUNCTION pgjq.prune() IS 'drop finished history past retention, whole partitions at a time; returns partitions removed';
 
+/*
+ * Internal: the first statement of every update script (from 0.4.1 on): the
+ * extension's lock, so that the background worker steps aside until the
+ * update commits (src/worker/bgworker.c).  Superuser only.
+ */
+CREATE FUNCTION pgjq._exclude_worker()
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgjq_exclude_worker';
+
 CREATE FUNCTION pgjq.maintain(OUT promoted bigint, OUT rescued bigint, OUT pruned bigint)
 RETURNS record
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -1363,6 +1373,8 @@ GRANT EXECUTE ON FUNCTION pgjq._await_ids(text[]), pgjq._await_ready(integer[]) 
 
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgjq TO pgjq_admin;
 GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA pgjq TO pgjq_admin;
+/* the worker's lock against DDL: for update scripts, not for callers */
+REVOKE EXECUTE ON FUNCTION pgjq._exclude_worker() FROM pgjq_admin;
 /* queue_stats calls it as the reader: it shows only counters */
 GRANT EXECUTE ON FUNCTION pgjq._limits(), pgjq._preloaded(), pgjq._ring_counts() TO pgjq_producer, pgjq_worker;
 GRANT SELECT ON pgjq.queue_stats TO pgjq_producer, pgjq_worker, pgjq_admin;

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * maintenance.c
- *	  promote(), rescue(), prune(), maintain() and _ring_reclaim():
+ *	  promote(), rescue(), prune(), maintain(), _ring_reclaim() and
+ *	  _exclude_worker():
  *	  SQL-callable, and the steps the background worker schedules (bgworker.c
  *	  only decides when).
  *
@@ -26,7 +27,10 @@
 
 #include "access/htup_details.h"
 #include "access/xlog.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(pgjq_promote);
@@ -34,6 +38,7 @@ PG_FUNCTION_INFO_V1(pgjq_rescue);
 PG_FUNCTION_INFO_V1(pgjq_prune);
 PG_FUNCTION_INFO_V1(pgjq_maintain);
 PG_FUNCTION_INFO_V1(pgjq_ring_reclaim_sql);
+PG_FUNCTION_INFO_V1(pgjq_exclude_worker);
 
 #define DEDUP_PRUNE_CHUNK 10000
 
@@ -299,4 +304,24 @@ pgjq_maintain(PG_FUNCTION_ARGS)
 	values[0] = Int64GetDatum(pgjq_maintenance_promote());
 	values[2] = Int64GetDatum(pgjq_maintenance_prune());
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/*
+ * pgjq._exclude_worker(): the first statement of every update script from
+ * 0.4.1 on.  The extension's lock, exclusively, until the update commits:
+ * the background worker's steps take it in share mode before they touch any
+ * of pgjq's relations, and step aside while DDL holds it (bgworker.c), so
+ * the script's DDL never waits for a step that waits for it.
+ */
+Datum
+pgjq_exclude_worker(PG_FUNCTION_ARGS)
+{
+	Oid			ext = get_extension_oid("pgjq", true);
+
+	if (!OidIsValid(ext))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("extension \"pgjq\" does not exist")));
+	LockDatabaseObject(ExtensionRelationId, ext, 0, AccessExclusiveLock);
+	PG_RETURN_VOID();
 }

@@ -27,6 +27,8 @@
  *	  pgjq.debug_crash_at     test only: crash at a named point (superuser;
  *	                          crash_points.c)
  *	  pgjq.debug_pause_at     test only: sleep 3 s at a named point (superuser)
+ *	  pgjq.debug_worker_step_ms test only: the background worker holds each
+ *	                          step's transaction open this long (sighup)
  *
  *-------------------------------------------------------------------------
  */
@@ -39,6 +41,7 @@
 char	   *pgjq_database_names = NULL;
 int			pgjq_max_payload_size = 1024;
 int			pgjq_max_sleep_ms = 10000;
+int			pgjq_debug_worker_step_ms = 0;
 int			pgjq_prune_interval_ms = 60000;
 int			pgjq_max_tracked_keys = 65536;
 int			pgjq_max_databases = 64;
@@ -141,6 +144,15 @@ pgjq_guc_init(void)
 							   PGC_SUSET,
 							   GUC_NOT_IN_SAMPLE,
 							   check_crash_point, NULL, NULL);
+
+	DefineCustomIntVariable("pgjq.debug_worker_step_ms",
+							"Test only: the background worker keeps each step's transaction open this long after its work.",
+							"So that a test's DDL meets the worker inside every step of its pass.  0: never.",
+							&pgjq_debug_worker_step_ms,
+							0, 0, 10000,
+							PGC_SIGHUP,
+							GUC_NOT_IN_SAMPLE | GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("pgjq.ring_slot_rows",
 							"Job bodies a ring slot takes before producers move to the next slot.",

@@ -14,6 +14,7 @@
 extern char *pgjq_database_names;
 extern int	pgjq_max_payload_size;
 extern int	pgjq_max_sleep_ms;
+extern int	pgjq_debug_worker_step_ms;
 extern int	pgjq_prune_interval_ms;
 extern int	pgjq_max_tracked_keys;
 extern int	pgjq_max_databases;

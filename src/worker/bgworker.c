@@ -31,6 +31,16 @@
  * failure or by rows locked by clients makes the worker back off rather
  * than spin (worker_pass).
  *
+ * DDL on the extension goes first: each step's transaction takes a share
+ * lock on the extension itself before it touches any of pgjq's relations,
+ * and steps aside (skips the step, quietly) when it cannot have it at once.
+ * DROP EXTENSION locks the extension before any member (so it waits for the
+ * step in progress, never the other way round), and ALTER EXTENSION pgjq
+ * UPDATE's scripts begin with pgjq._exclude_worker(), which takes the same
+ * lock exclusively.  Without that one lock order, a step holding one of
+ * pgjq's tables and waiting for another deadlocked with a DROP that held the
+ * second and waited for the first (issue 35, finding 6).
+ *
  * SIGTERM of a database worker (server shutdown, pg_terminate_backend, a new
  * launcher) cancels the step in progress, if any, and the worker exits
  * cleanly (code 0).  The launcher dies on SIGTERM (code 1), so the
@@ -58,6 +68,9 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
+#include "storage/lmgr.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -370,10 +383,30 @@ step_error_context(void *arg)
 }
 
 /*
+ * The step's share of the extension lock (see the file header).  False when
+ * DDL on the extension holds or awaits it, or the extension went away or was
+ * made again while we looked: the step steps aside.  No extension: nothing
+ * to lock (extension_present() says so itself).
+ */
+static bool
+lock_extension_for_step(void)
+{
+	Oid			ext = get_extension_oid("pgjq", true);
+
+	if (!OidIsValid(ext))
+		return true;
+	if (!ConditionalLockDatabaseObject(ExtensionRelationId, ext, 0, AccessShareLock))
+		return false;
+	/* the lock processed invalidations: is it still the same extension? */
+	return get_extension_oid("pgjq", true) == ext;
+}
+
+/*
  * Run one maintenance step in its own transaction.  An error is reported
  * (unless the worker is being shut down) and the transaction aborted; the
  * worker goes on with its next step.  Returns false when the step failed
- * or did not run because of a shutdown request; *result gets its value.
+ * or did not run (a shutdown request, or DDL on the extension that it
+ * stepped aside for); *result gets its value.
  */
 static bool
 run_step(const char *what, int64 (*step) (void), int64 *result)
@@ -400,7 +433,17 @@ run_step(const char *what, int64 (*step) (void), int64 *result)
 		error_context_stack = &errcb;
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, what);
-		n = step();
+		if (lock_extension_for_step())
+		{
+			n = step();
+			if (pgjq_debug_worker_step_ms > 0)
+				pg_usleep((long) pgjq_debug_worker_step_ms * 1000L);
+		}
+		else
+		{
+			elog(DEBUG1, "pgjq: %s: steps aside for DDL on the extension", what);
+			ok = false;
+		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 		error_context_stack = errcb.previous;
