@@ -44,6 +44,10 @@ for my $n (0 .. 2)
 		"node $n: the pgjq worker runs");
 }
 
+# Both preload orders (review 0.4.0 M1): worker 2 loads pgjq before Citus.
+is($c->safe_psql(2, 'SHOW shared_preload_libraries'), 'pgjq,citus', 'worker 2 preloads pgjq first, and is up');
+is($c->safe_psql(1, 'SHOW shared_preload_libraries'), 'citus,pgjq', 'worker 1 preloads Citus first');
+
 # A queue made directly on worker 1: pgjq there is a server of its own.
 sub roundtrip
 {

@@ -71,11 +71,15 @@ sub citus_cluster
 		# Of test/pgjq.conf only its comment applies here: every setting
 		# it makes (preload, database_names, prepared transactions) is
 		# different on a Citus node.
+		# Either order of the two libraries works (README): worker 2
+		# preloads pgjq first (review 0.4.0 M1: that order once stopped
+		# the server, "Citus has to be loaded first").
+		my $preload = $n == 2 ? 'pgjq,citus' : 'citus,pgjq';
 		$node->append_conf(
 			'postgresql.conf', qq{
 # added by PgjqCitus
 listen_addresses = '$host'
-shared_preload_libraries = 'citus,pgjq'
+shared_preload_libraries = '$preload'
 pgjq.database_names = 'postgres'
 pgjq.max_sleep = '1s'
 # Citus commits multi-node writes with two-phase commit
