@@ -61,7 +61,7 @@ $node->init;
 $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'pgjq'
-pgjq.database_names = 'upg,upg2,upg3'
+pgjq.database_names = 'upg,upg2,upg3,upg4'
 pgjq.max_sleep = '1s'
 pgjq.prune_interval = '1h'
 });
@@ -458,6 +458,31 @@ check_states('upg3', { states => { dead => 'dead', cancelled => 'cancelled', lat
 is(sql('upg3', 'SELECT count(*) FROM pgjq.verify()'), '0',
 	'after the update from 0.3.0 and a restart: shared memory and the tables agree');
 schema_is(sql('upg3', $schema_query), $fresh, 'an installation updated from 0.3.0 has the schema of a new one');
+
+# ------------------------------------------------- 1d. update from 0.4.0
+
+# 0.4.1 (issue 35) rebuilds the Citus mode's move and guard and adds the
+# worker's lock against DDL (pgjq._exclude_worker, called first by the update
+# script while the worker serves the database); on a single server no job and
+# no call may change.
+sql('postgres', 'CREATE DATABASE upg4');
+sql('upg4', "CREATE EXTENSION pgjq VERSION '0.4.0'");
+is(sql('upg4', "SELECT extversion FROM pg_extension WHERE extname = 'pgjq'"),
+	'0.4.0', 'installed at 0.4.0');
+my $j4 = fill('upg4');
+check_states('upg4', $j4, '0.4.0 before the update');
+sql('upg4', 'ALTER EXTENSION pgjq UPDATE');
+is(sql('upg4', "SELECT extversion FROM pg_extension WHERE extname = 'pgjq'"),
+	$control_version, "0.4.0 updated to $control_version");
+check_states('upg4', $j4, 'after the update from 0.4.0');
+is(sql('upg4', "SELECT pgjq.complete($j4->{running}, $j4->{running_token})"), 't',
+	'after the update from 0.4.0: the running job completes with its token');
+ok( $node->poll_query_until('upg4',
+		"SELECT state = 'ready' FROM pgjq.job($j4->{scheduled})"),
+	'after the update from 0.4.0: the worker promotes the scheduled job');
+is(sql('upg4', 'SELECT count(*) FROM pgjq.verify()'), '0',
+	'after the update from 0.4.0: shared memory and the tables agree');
+schema_is(sql('upg4', $schema_query), $fresh, 'an installation updated from 0.4.0 has the schema of a new one');
 
 # ------------------------------------------------------- 2. dump and restore
 
