@@ -148,7 +148,7 @@ pgjq_schedule(PG_FUNCTION_ARGS)
 				 errmsg("cron expression \"%s\" never fires", expr),
 				 errdetail("It matches no time in the next five years.")));
 
-	pgjq_guard_queue(queue_name, PGJQ_GUARD_USE);
+	pgjq_guard_queue(queue_name, PGJQ_GUARD_ALTER);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(queue_name, &queue);
 	values[0] = CStringGetTextDatum(name);

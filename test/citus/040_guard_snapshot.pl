@@ -142,9 +142,11 @@ my $pj002 = qr/ERROR:\s+PJ002:/;
 	adopt($q);
 	fence($q, 's');
 	switch($q);
-	# (with a FROM clause: Citus does not delegate it, it runs here)
-	my ($out, $err) = run_in($p, "SELECT pgjq.enqueue('$q->{name}', '{}') FROM (SELECT 1) s");
-	unlike($out, qr/^\d+$/m, 'C1 (REPEATABLE READ): no id for an enqueue on the source after the switch');
+	# from PL/pgSQL: Citus does not delegate the call, it runs here (a
+	# direct SELECT with constants is delegated; Citus 13.2.2's deparser
+	# crashes the backend on one with a FROM clause in this transaction)
+	my ($out, $err) = run_in($p, "DO \$\$BEGIN RAISE NOTICE 'id %', pgjq.enqueue('$q->{name}', '{}'); END\$\$");
+	unlike($err, qr/NOTICE:.*id \d+/, 'C1 (REPEATABLE READ): no id for an enqueue on the source after the switch');
 	like($err, qr/ERROR:\s+PJ00[12]:/, 'C1 (REPEATABLE READ): refused with PJ001 or PJ002')
 	  or diag($err);
 	like($err, qr/queue "$q->{name}" is (served by node 127\.0\.0\.1:$q->{tgt_port}|moving)/,
@@ -256,13 +258,13 @@ my $pj002 = qr/ERROR:\s+PJ002:/;
 		'metrics(queue) on the source after the switch');
 	fails_here($q->{src}, "pgjq.enqueue('$name', '{}')", 'PJ001', $served_by, 'an enqueue on the source after the switch');
 	fails_here($q->{src}, "count(*) FROM pgjq.claim(ARRAY['$name'])", 'PJ001', $served_by, 'a claim on the source after the switch');
-	is($c->safe_psql($q->{tgt}, "SELECT paused FROM pgjq.queue_stats() WHERE queue = '$name'"), 'f',
+	is($c->safe_psql($q->{tgt}, "SELECT paused FROM pgjq.queue_stats WHERE queue = '$name'"), 'f',
 		'H3: the target\'s queue is not paused');
 	is($c->safe_psql($q->{tgt}, "SELECT count(*) FROM pgjq.queue WHERE name = '$name'"), '1',
 		'H3: the target\'s queue is there');
 	release($q);
 	$c->safe_psql(0, "SELECT pgjq.pause('$name')");
-	is($c->safe_psql($q->{tgt}, "SELECT paused FROM pgjq.queue_stats() WHERE queue = '$name'"), 't',
+	is($c->safe_psql($q->{tgt}, "SELECT paused FROM pgjq.queue_stats WHERE queue = '$name'"), 't',
 		'pause() through the coordinator reaches the target');
 }
 
