@@ -14,7 +14,10 @@
 #     fence, "served by" the target (PJ001) after the switch (H3, C2);
 #   - complete_and_claim() under the fence's last phase keeps its
 #     completions (M4);
-#   - a node whose id sequence is outside its group's range is refused (M2).
+#   - a node whose id sequence is outside its group's range is refused (M2);
+#   - the id guard serves a job held here that another node issued;
+#   - more fences than the guard keeps, and a Citus of another major
+#     version, are refused (L6, L1).
 
 use strict;
 use warnings;
@@ -279,6 +282,49 @@ my $pj002 = qr/ERROR:\s+PJ002:/;
 	$c->safe_psql($n, 'SELECT pgjq._citus_node_setup()');
 	like($c->safe_psql($n, "SELECT pgjq.enqueue('$q->{name}', '{}')"), qr/^\d{15,}$/,
 		'M2: served again once the node has its range');
+}
+
+# ----------------- the id guard: a job held here that another node issued
+
+{
+	my $name = $slots[0][0];    # moved above: served by its target now
+	my $port = $c->safe_psql(0, "SELECT node_port FROM pgjq.route('$name')");
+	my $here = $n_of_port{$port};
+	my $issuer = $here == 1 ? 2 : 1;
+	my $issuer_port = $c->node_port($issuer);
+	# a job a move carried here keeps the id its first node issued: one made
+	# here as such a job would be, with an id of the other node's range
+	my $id = $c->safe_psql($here,
+		"SET pgjq.citus_guard = off;\nSELECT pgjq.enqueue('$name', '{}', delay => '1 hour')");
+	my $cid = $c->safe_psql(0, "SELECT (($group_of_port{$issuer_port} + 1)::bigint << 48) + 999999");
+	$c->safe_psql($here, "UPDATE pgjq.job SET id = $cid WHERE id = $id");
+	is($c->safe_psql($here, "SELECT state FROM pgjq.job($cid)"), 'scheduled',
+		'the id guard serves a job held here that another node issued');
+	is($c->safe_psql($here, "SELECT pgjq.cancel($cid)"), 't', 'and its outcomes');
+	is($c->safe_psql($here, "SELECT state FROM pgjq.job($cid)"), 'cancelled', 'a cancelled job is held here too');
+	$c->fails_with(0, "SELECT * FROM pgjq.job($cid)", 'PJ001',
+		qr/job $cid was issued by node 127\.0\.0\.1:$issuer_port, not by this one/,
+		'an id another node issued is refused where the job is not held');
+}
+
+# ------------------------------------------------ L6: the guard's bounds
+
+$c->safe_psql(1,
+	q{INSERT INTO pgjq.queue_fence (shard, target_group, state) SELECT -g, 0, 'f' FROM generate_series(1, 1025) g});
+$c->fails_with(1, q{SELECT * FROM pgjq.route('x')}, '54000', qr/this node has more than 1024 fenced routing shards/,
+	'L6: more fences than the guard keeps');
+$c->safe_psql(1, q{DELETE FROM pgjq.queue_fence WHERE shard < 0});
+like($c->safe_psql(1, q{SELECT node_port FROM pgjq.route('x')}), qr/^\d+$/, 'L6: served again');
+
+# ------------------------------------- L1: a Citus of another major version
+
+{
+	my $v = $c->safe_psql(2, q{SELECT extversion FROM pg_extension WHERE extname = 'citus'});
+	$c->safe_psql(2, q{UPDATE pg_catalog.pg_extension SET extversion = '12.1-1' WHERE extname = 'citus'});
+	$c->fails_with(2, "SET citus.enable_version_checks = off;\nSELECT * FROM pgjq.route('x')", '0A000',
+		qr/pgjq's Citus mode needs Citus 13, this node has Citus 12\.1-1/, 'L1: Citus 12 is refused');
+	$c->safe_psql(2, "UPDATE pg_catalog.pg_extension SET extversion = '$v' WHERE extname = 'citus'");
+	like($c->safe_psql(2, q{SELECT node_port FROM pgjq.route('x')}), qr/^\d+$/, 'L1: served again with Citus 13');
 }
 
 $c->stop;
