@@ -9,14 +9,25 @@
  * pgjq.queue_route its name hashes to (Citus's own hashing, asked through
  * get_shard_id_for_distribution_column), unless pgjq.move_queues() is moving
  * that shard: then its state in pgjq.queue_fence (local to each node)
- * decides what the source still does (moves.c): state 'f' refuses
- * enqueues with a retryable SQLSTATE; state 's' (the switch is near) also
- * claims; outcomes are served until the move drops the queues.
+ * decides what the source still does until the switch (moves.c, and the
+ * table in api/guard.h): state 'f' refuses enqueues and changes to the
+ * queue with a retryable SQLSTATE (PJ002); state 's' (the switch is near)
+ * also claims, but complete_and_claim keeps its outcomes and claims nothing;
+ * outcomes are served.  Once the placement is another node's, every call is
+ * refused there (PJ001, naming it).
  *
  * The answer per queue name is cached per backend, with the fences, until
  * citus_mode.c's generation moves (a relcache invalidation of the routing
- * or the fence table).  Ids carry the group that issued them in their high
- * bits (citus_mode.h), so an id-only outcome is checked with a shift.
+ * or the fence table).  Both are read with the latest snapshot, never the
+ * caller's (see plan_fences): a REPEATABLE READ transaction, or a statement
+ * that waited on a fence's lock, would otherwise cache an answer from before
+ * the fence (review 0.4.0 C1, H1).  Ids carry the group that issued them in
+ * their high bits (citus_mode.h), so an id-only outcome is checked with a
+ * shift; only an id another group issued costs a look at this node's
+ * tables, for a job a move carried here with its id.
+ *
+ * Every call in Citus mode first checks that this node's ids are in its
+ * group's range (citus_mode.c, once per backend).
  *
  *-------------------------------------------------------------------------
  */
