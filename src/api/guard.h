@@ -29,7 +29,10 @@
  *                       to hand out (complete_and_claim keeps its outcomes)
  *   USE                 served
  * and after the switch none of them (PJ001, naming the node that serves
- * the queue now).
+ * the queue now).  UNSCHEDULE (a schedule of the queue removed) is refused
+ * only there, before the switch (PJ002), and served everywhere else: a
+ * schedule lives on the node where it was made, and one whose queue is
+ * gone or served elsewhere must stay removable.
  */
 typedef enum PgjqGuardCall
 {
@@ -40,14 +43,15 @@ typedef enum PgjqGuardCall
 	PGJQ_GUARD_ALTER,			/* changes the queue: alter_queue, pause,
 								 * resume, purge, drop_queue, hold_key,
 								 * release_key, schedule */
-	PGJQ_GUARD_USE				/* uses what it holds: outcomes by queue
+	PGJQ_GUARD_USE,				/* uses what it holds: outcomes by queue
 								 * (cancel_key, the _in forms), metrics(queue) */
+	PGJQ_GUARD_UNSCHEDULE		/* unschedule: a schedule of the queue goes */
 } PgjqGuardCall;
 
 /*
  * The queue hook errors unless this node serves the call; it returns false
  * only for a CYCLE call that is served with nothing to claim.  For an ALTER
- * call it first takes the queue-name lock in shared mode (as enqueues and
+ * or UNSCHEDULE call it first takes the queue-name lock in shared mode (as enqueues and
  * claims take it before their check), so that a move's fence, which takes
  * it exclusively, waits for the change and then copies it.
  */
@@ -56,6 +60,13 @@ typedef void (*PgjqIdsGuardHook) (const int64 *ids, int n);
 
 extern PGDLLIMPORT PgjqQueueGuardHook pgjq_queue_guard_hook;
 extern PGDLLIMPORT PgjqIdsGuardHook pgjq_ids_guard_hook;
+
+/* Whether a cluster mode guards calls (false: a single server). */
+static inline bool
+pgjq_guard_active(void)
+{
+	return pgjq_queue_guard_hook != NULL;
+}
 
 /* Errors unless this node serves the queue for this kind of call. */
 static inline void

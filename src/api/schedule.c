@@ -62,6 +62,10 @@ static PgjqPlan plan_upsert = {
 	7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+static PgjqPlan plan_queue_of = {
+	"SELECT queue FROM pgjq.schedules WHERE name = $1", 1, {TEXTOID}
+};
+
 static PgjqPlan plan_delete = {
 	"DELETE FROM pgjq.schedules WHERE name = $1", 1, {TEXTOID}
 };
@@ -176,6 +180,14 @@ pgjq_unschedule(PG_FUNCTION_ARGS)
 	name = pgjq_arg_text(fcinfo, 0, "name", SCHEDULE_NAME_MAX);
 	values[0] = CStringGetTextDatum(name);
 	pgjq_storage_begin();
+	/* under Citus: not on the source of a move (its schedules move with it) */
+	if (pgjq_guard_active())
+	{
+		pgjq_spi_run(&plan_queue_of, values, NULL, 1);
+		if (SPI_processed == 1)
+			pgjq_guard_queue(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+							 PGJQ_GUARD_UNSCHEDULE);
+	}
 	pgjq_spi_run(&plan_delete, values, NULL, 0);
 	found = SPI_processed > 0;
 	pgjq_storage_end();

@@ -248,9 +248,15 @@ pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call)
 	if (IsBackgroundWorker || !pgjq_citus_guard_on || !pgjq_citus_mode())
 		return true;
 	pgjq_citus_require_id_range();
-	if (call == PGJQ_GUARD_ALTER)
+	if (call == PGJQ_GUARD_ALTER || call == PGJQ_GUARD_UNSCHEDULE)
 		pgjq_storage_queue_lock(queue, RowExclusiveLock);
 	o = owner_of(queue);
+	if (call == PGJQ_GUARD_UNSCHEDULE)
+	{
+		if (o->fence != 0 && o->group == pgjq_citus_local_group())
+			moving(queue, o);
+		return true;
+	}
 	if (o->group != pgjq_citus_local_group())
 		wrong_node(queue, o);
 	if (o->fence != 0)
@@ -276,6 +282,7 @@ pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call)
 			case PGJQ_GUARD_CREATE:
 			case PGJQ_GUARD_ADD:
 			case PGJQ_GUARD_ALTER:
+			case PGJQ_GUARD_UNSCHEDULE:
 				break;
 		}
 		moving(queue, o);

@@ -218,6 +218,7 @@ my $pj002 = qr/ERROR:\s+PJ002:/;
 	my $name = $q->{name};
 	$c->safe_psql(0, "SELECT pgjq.enqueue('$name', '{}')");
 	my ($id, $tok) = split /\|/, $c->safe_psql($q->{src}, "SELECT id, token FROM pgjq.claim('$name')");
+	$c->safe_psql($q->{src}, "SELECT pgjq.schedule('nightly', '0 3 * * *', '$name')");
 	fence($q, 'f');
 	adopt($q);
 
@@ -231,7 +232,10 @@ my $pj002 = qr/ERROR:\s+PJ002:/;
 		qr/queue "$name" is moving to another node/, 'H3: hold_key() on the fenced source');
 	$c->fails_with($q->{src}, "SELECT pgjq.schedule('tick', '* * * * *', '$name')", 'PJ002',
 		qr/queue "$name" is moving to another node/, 'C2: schedule() on the fenced source');
-	is($c->safe_psql($q->{src}, 'SELECT count(*) FROM pgjq.list_schedules()'), '0', 'C2: no schedule was made');
+	is($c->safe_psql($q->{src}, 'SELECT string_agg(name, \',\') FROM pgjq.list_schedules()'), 'nightly',
+		'C2: no schedule was made');
+	$c->fails_with($q->{src}, "SELECT pgjq.unschedule('nightly')", 'PJ002',
+		qr/queue "$name" is moving to another node/, 'unschedule() of a schedule of the fenced source\'s queue');
 	like($c->safe_psql($q->{src}, "SELECT count(*) FROM pgjq.metrics('$name')"), qr/^\d+$/,
 		'metrics(queue) is still served on the source');
 
@@ -261,6 +265,8 @@ my $pj002 = qr/ERROR:\s+PJ002:/;
 		'metrics(queue) on the source after the switch');
 	fails_here($q->{src}, "pgjq.enqueue('$name', '{}')", 'PJ001', $served_by, 'an enqueue on the source after the switch');
 	fails_here($q->{src}, "count(*) FROM pgjq.claim(ARRAY['$name'])", 'PJ001', $served_by, 'a claim on the source after the switch');
+	is($c->safe_psql($q->{src}, "SELECT pgjq.unschedule('nightly')"), 't',
+		'unschedule() on the source after the switch: a schedule left there stays removable');
 	is($c->safe_psql($q->{tgt}, "SELECT paused FROM pgjq.queue_stats WHERE queue = '$name'"), 'f',
 		'H3: the target\'s queue is not paused');
 	is($c->safe_psql($q->{tgt}, "SELECT count(*) FROM pgjq.queue WHERE name = '$name'"), '1',
