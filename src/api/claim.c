@@ -99,14 +99,24 @@ queue_names(FunctionCallInfo fcinfo, bool many, int *n)
 	return names;
 }
 
-static void
-lookup_queues(char **names, int n, PgjqQueue *queues)
+/*
+ * Checks the guard of each queue (call: PGJQ_GUARD_CLAIM, or
+ * PGJQ_GUARD_CYCLE for complete_and_claim's claim) and reads it.  Returns
+ * bit i set for each queue that is served but of which no job may be handed
+ * out now (a move's last phase, for a CYCLE call).
+ */
+static uint32
+lookup_queues(char **names, int n, PgjqQueue *queues, PgjqGuardCall call)
 {
+	uint32		withheld = 0;
+
 	for (int i = 0; i < n; i++)
 	{
-		pgjq_guard_queue(names[i], PGJQ_GUARD_CLAIM);
+		if (!pgjq_guard_claim(names[i], call))
+			withheld |= (uint32) 1 << i;
 		pgjq_storage_queue_get_or_error(names[i], &queues[i]);
 	}
+	return withheld;
 }
 
 /*
@@ -144,10 +154,11 @@ queue_claim(const PgjqQueue *q, int granted, TimestampTz lease_until, const char
  */
 static int
 claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *worker,
-		   PgjqQueue *queues, PgjqClaimedJob *jobs, int32 *queue_ids, uint32 *examined,
-		   int64 *retry_in_us)
+		   PgjqGuardCall call, PgjqQueue *queues, PgjqClaimedJob *jobs, int32 *queue_ids,
+		   uint32 *examined, int64 *retry_in_us)
 {
 	int			n = 0;
+	uint32		withheld;
 	int64		token = 0;
 
 	*examined = 0;
@@ -162,7 +173,7 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 	 */
 	for (int i = 0; i < nqueues; i++)
 		pgjq_storage_queue_lock(names[i], RowExclusiveLock);
-	lookup_queues(names, nqueues, queues);
+	withheld = lookup_queues(names, nqueues, queues, call);
 	for (int i = 0; i < nqueues; i++)
 	{
 		PgjqQueue  *q = &queues[i];
@@ -182,6 +193,11 @@ claim_once(char **names, int nqueues, int batch, int64 lease_us, const char *wor
 			continue;
 		}
 		*examined |= (uint32) 1 << i;
+		if (withheld & ((uint32) 1 << i))
+		{
+			pgjq_storage_queue_unlock(names[i], RowExclusiveLock);
+			continue;
+		}
 		if (q->paused)
 		{
 			pgjq_metrics_count(q->queue_id, PGJQ_M_HELD_PAUSED, 1);
@@ -323,8 +339,8 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 	jobs = palloc(sizeof(PgjqClaimedJob) * batch);
 	queues = palloc(sizeof(PgjqQueue) * nqueues);
 
-	n = claim_once(names, nqueues, batch, lease_us, worker, queues, jobs, queue_ids,
-				   &examined, &retry_in_us);
+	n = claim_once(names, nqueues, batch, lease_us, worker, PGJQ_GUARD_CLAIM, queues, jobs,
+				   queue_ids, &examined, &retry_in_us);
 	if (n == 0 && wait_us > 0)
 	{
 		/* register, then try once more: a commit in between is not missed */
@@ -340,8 +356,8 @@ claim_common(FunctionCallInfo fcinfo, bool many)
 
 				elog(DEBUG1, "pgjq: attempt %d of a waiting claim", ++attempt);
 				retry_in_us = 0;
-				n = claim_once(names, nqueues, batch, lease_us, worker, queues, jobs,
-							   queue_ids, &examined, &retry_in_us);
+				n = claim_once(names, nqueues, batch, lease_us, worker, PGJQ_GUARD_CLAIM,
+							   queues, jobs, queue_ids, &examined, &retry_in_us);
 				/* the wake-ups of the queues it looked at are used up */
 				if (woken & examined)
 					pgjq_wait_used(woken & examined);
@@ -436,7 +452,9 @@ PG_FUNCTION_INFO_V1(pgjq_complete_and_claim);
  * limits that those outcomes free (limits.c, own_ends).  Stale pairs change
  * nothing and are not reported (complete() and fail() say which are stale);
  * a job whose cancellation was requested ends as cancelled.  No wait: a
- * waiting claim would hold the outcomes uncommitted while it sleeps.
+ * waiting claim would hold the outcomes uncommitted while it sleeps.  Under
+ * Citus, on the source of a move in its last phase (claims refused there),
+ * the outcomes are kept and nothing is claimed, as of a paused queue.
  */
 Datum
 pgjq_complete_and_claim(PG_FUNCTION_ARGS)
@@ -494,8 +512,8 @@ pgjq_complete_and_claim(PG_FUNCTION_ARGS)
 		pgjq_storage_end();
 	}
 	jobs = palloc(sizeof(PgjqClaimedJob) * batch);
-	n = claim_once(&name, 1, batch, lease_us, worker, &queue, jobs, &queue_id,
-				   &examined, &retry_in_us);
+	n = claim_once(&name, 1, batch, lease_us, worker, PGJQ_GUARD_CYCLE, &queue, jobs,
+				   &queue_id, &examined, &retry_in_us);
 	put_claimed(rsinfo, jobs, n);
 	return (Datum) 0;
 }
@@ -543,7 +561,7 @@ pgjq_await_ids(PG_FUNCTION_ARGS)
 	Datum	   *ids = palloc(sizeof(Datum) * nqueues);
 
 	pgjq_storage_begin();
-	lookup_queues(names, nqueues, queues);
+	(void) lookup_queues(names, nqueues, queues, PGJQ_GUARD_CLAIM);
 	pgjq_storage_end();
 	for (int i = 0; i < nqueues; i++)
 		ids[i] = Int32GetDatum(queues[i].queue_id);

@@ -53,7 +53,7 @@ pgjq_hold_key(PG_FUNCTION_ARGS)
 				 errhint("release_key() ends a hold.")));
 	pgjq_ring_require();
 	pgjq_storage_begin();
-	pgjq_guard_queue(name, PGJQ_GUARD_USE);
+	pgjq_guard_queue(name, PGJQ_GUARD_ALTER);
 	pgjq_storage_queue_get_or_error(name, &queue);
 	pgjq_key_hold(queue.queue_id, key, until);
 	pgjq_storage_end();
@@ -71,7 +71,7 @@ pgjq_release_key(PG_FUNCTION_ARGS)
 
 	pgjq_ring_require();
 	pgjq_storage_begin();
-	pgjq_guard_queue(name, PGJQ_GUARD_USE);
+	pgjq_guard_queue(name, PGJQ_GUARD_ALTER);
 	pgjq_storage_queue_get_or_error(name, &queue);
 	released = pgjq_key_release(queue.queue_id, key);
 	pgjq_storage_end();

@@ -165,7 +165,7 @@ pgjq_alter_queue(PG_FUNCTION_ARGS)
 	PgjqQueue	queue;
 
 	read_settings(fcinfo, &s);
-	pgjq_guard_queue(name, PGJQ_GUARD_USE);
+	pgjq_guard_queue(name, PGJQ_GUARD_ALTER);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(name, &queue);
 	check_backoff(s.backoff_base_us >= 0 ? s.backoff_base_us : queue.backoff_base_us,
@@ -198,9 +198,10 @@ pgjq_drop_queue(PG_FUNCTION_ARGS)
 	PgjqQueue	queue;
 	int64		running;
 
-	pgjq_guard_queue(name, PGJQ_GUARD_USE);
 	pgjq_storage_begin();
 	pgjq_storage_queue_lock(name, AccessExclusiveLock);
+	/* after the lock: the guard's own (shared) would wait behind a drop */
+	pgjq_guard_queue(name, PGJQ_GUARD_ALTER);
 	pgjq_storage_queue_get_or_error(name, &queue);
 	{
 		int64		ready;
@@ -228,7 +229,7 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	char	   *name = pgjq_arg_queue_name(fcinfo, 0);
 	PgjqQueue	queue;
 
-	pgjq_guard_queue(name, PGJQ_GUARD_USE);
+	pgjq_guard_queue(name, PGJQ_GUARD_ALTER);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(name, &queue);
 	pgjq_storage_queue_set_paused(queue.queue_id, paused);
@@ -258,7 +259,7 @@ pgjq_purge(PG_FUNCTION_ARGS)
 	PgjqQueue	queue;
 	int64		n;
 
-	pgjq_guard_queue(name, PGJQ_GUARD_USE);
+	pgjq_guard_queue(name, PGJQ_GUARD_ALTER);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(name, &queue);
 	n = pgjq_storage_queue_purge(queue.queue_id);

@@ -62,6 +62,10 @@ static PgjqPlan plan_upsert = {
 	7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+static PgjqPlan plan_queue_of = {
+	"SELECT queue FROM pgjq.schedules WHERE name = $1", 1, {TEXTOID}
+};
+
 static PgjqPlan plan_delete = {
 	"DELETE FROM pgjq.schedules WHERE name = $1", 1, {TEXTOID}
 };
@@ -148,7 +152,7 @@ pgjq_schedule(PG_FUNCTION_ARGS)
 				 errmsg("cron expression \"%s\" never fires", expr),
 				 errdetail("It matches no time in the next five years.")));
 
-	pgjq_guard_queue(queue_name, PGJQ_GUARD_USE);
+	pgjq_guard_queue(queue_name, PGJQ_GUARD_ALTER);
 	pgjq_storage_begin();
 	pgjq_storage_queue_get_or_error(queue_name, &queue);
 	values[0] = CStringGetTextDatum(name);
@@ -176,6 +180,14 @@ pgjq_unschedule(PG_FUNCTION_ARGS)
 	name = pgjq_arg_text(fcinfo, 0, "name", SCHEDULE_NAME_MAX);
 	values[0] = CStringGetTextDatum(name);
 	pgjq_storage_begin();
+	/* under Citus: not on the source of a move (its schedules move with it) */
+	if (pgjq_guard_active())
+	{
+		pgjq_spi_run(&plan_queue_of, values, NULL, 1);
+		if (SPI_processed == 1)
+			pgjq_guard_queue(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+							 PGJQ_GUARD_UNSCHEDULE);
+	}
 	pgjq_spi_run(&plan_delete, values, NULL, 0);
 	found = SPI_processed > 0;
 	pgjq_storage_end();

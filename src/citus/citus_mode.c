@@ -7,7 +7,17 @@
  * pgjq never links against Citus: what it needs from Citus's metadata it
  * reads with SQL (pg_dist_local_group, pg_dist_node), and the one C symbol
  * it calls, Use2PCForCoordinatedTransaction, is looked up in the already
- * loaded citus.so, only where Citus is in shared_preload_libraries.
+ * loaded citus.so (by the name shared_preload_libraries gives it, so the
+ * very file Citus was loaded from), only where Citus is in that list.  The
+ * mode is refused with a Citus of another major version than the one pgjq
+ * is built and tested for (the symbol's contract, and the metadata read,
+ * are Citus 13's).
+ *
+ * A node in Citus mode issues ids and tokens in its group's range (set by
+ * citus_setup() through _citus_node_setup()): an id names the node that
+ * holds its job.  The guard refuses to serve on a node whose id sequence is
+ * outside that range (a node added without citus_setup(), a sequence reset
+ * by hand), checked once per backend until it passes.
  *
  *-------------------------------------------------------------------------
  */
@@ -33,6 +43,10 @@ static Oid	route_rel = InvalidOid;
 static Oid	fence_rel = InvalidOid;
 static int32 local_group = -1;
 static bool callback_registered = false;
+static bool id_range_ok = false;
+
+/* the shared_preload_libraries entry Citus was loaded by */
+static char citus_library[MAXPGPATH];
 
 typedef void (*Use2PCFunc) (void);
 static Use2PCFunc use_2pc = NULL;
@@ -88,7 +102,10 @@ pgjq_citus_preloaded(void)
 
 				base = base ? base + 1 : name;
 				if (strcmp(base, "citus") == 0 || strcmp(base, "citus.so") == 0)
+				{
 					citus_loaded = true;
+					strlcpy(citus_library, name, sizeof(citus_library));
+				}
 			}
 		}
 		citus_loaded_known = true;
@@ -128,6 +145,23 @@ look(void)
 					 errmsg("pgjq.queue_route exists but this node has no Citus group"),
 					 errhint("Run pgjq.citus_setup() on the coordinator.")));
 		local_group = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension"
+						" WHERE extname OPERATOR(pg_catalog.=) 'citus'", true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "pgjq: could not read the version of Citus");
+		if (SPI_processed == 1)
+		{
+			char	   *version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+			if (version == NULL || atoi(version) != PGJQ_CITUS_MAJOR)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("pgjq's Citus mode needs Citus %d, this node has Citus %s",
+								PGJQ_CITUS_MAJOR, version ? version : "(unknown)"),
+						 errdetail("pgjq calls into Citus and reads its metadata as Citus %d "
+								   "does; it is not tested with another major version.",
+								   PGJQ_CITUS_MAJOR),
+						 errhint("Install Citus %d.x on every node.", PGJQ_CITUS_MAJOR)));
+		}
 		SPI_finish();
 		mode_on = true;
 	}
@@ -162,6 +196,47 @@ pgjq_citus_route_rel(void)
 {
 	(void) pgjq_citus_mode();
 	return route_rel;
+}
+
+/*
+ * Errors unless this node's job id sequence is in its group's range (the
+ * guard's first step in Citus mode).  Checked by each backend until it
+ * passes, then not again: the range, once set, is kept by the sequence's
+ * MAXVALUE.  Without it (a node added after citus_setup() without running
+ * it again, a sequence reset by hand) the node would issue ids below 2^48,
+ * which name no node: the id guard of every node would serve them.
+ */
+void
+pgjq_citus_require_id_range(void)
+{
+	int64		last = 0;
+	int64		lo;
+	int64		hi;
+	int32		group;
+	bool		isnull;
+
+	if (id_range_ok)
+		return;
+	group = pgjq_citus_local_group();
+	lo = ((int64) group + 1) << PGJQ_CITUS_ID_SHIFT;
+	hi = lo + (((int64) 1 << PGJQ_CITUS_ID_SHIFT) - 1);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	if (SPI_execute("SELECT last_value FROM pgjq.job_id_seq", true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "pgjq: could not read pgjq.job_id_seq");
+	last = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	if (group < 0 || last < lo || last > hi)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this node's job ids are not in the range of its node group"),
+				 errdetail("pgjq.job_id_seq is at %lld; under Citus node group %d issues ids "
+						   "from %lld to %lld, so that an id names the node that holds its job.",
+						   (long long) last, group, (long long) lo, (long long) hi),
+				 errhint("Run SELECT pgjq.citus_setup() on the coordinator (again after adding "
+						 "a node).")));
+	id_range_ok = true;
 }
 
 /* host and port of the primary of a node group (for error messages) */
@@ -209,7 +284,7 @@ pgjq_citus_note_write(void)
 	if (!pgjq_citus_preloaded())
 		return;
 	if (use_2pc == NULL)
-		use_2pc = (Use2PCFunc) load_external_function("$libdir/citus",
+		use_2pc = (Use2PCFunc) load_external_function(citus_library,
 													  "Use2PCForCoordinatedTransaction",
 													  true, NULL);
 	use_2pc();

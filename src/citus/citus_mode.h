@@ -25,6 +25,9 @@
 /* ids and tokens of node group g are (g + 1) << 48 | n (n < 2^48) */
 #define PGJQ_CITUS_ID_SHIFT 48
 
+/* the Citus major version pgjq's Citus mode is built and tested for */
+#define PGJQ_CITUS_MAJOR 13
+
 extern bool pgjq_citus_preloaded(void);
 extern bool pgjq_citus_mode(void);
 extern int32 pgjq_citus_local_group(void);
@@ -32,6 +35,7 @@ extern Oid	pgjq_citus_route_rel(void);
 extern uint64 pgjq_citus_generation(void);
 extern void pgjq_citus_node_of_group(int32 group, char **host, int32 *port);
 extern void pgjq_citus_note_write(void);
+extern void pgjq_citus_require_id_range(void);
 
 /* the node group an id or token names; -1: one from before citus_setup() */
 static inline int32

@@ -7,11 +7,12 @@
  *
  * A move of routing shard S from node A to node B:
  *   1. A: fence S (pgjq._citus_fence): a row in pgjq.queue_fence, then each
- *      of S's queue-name locks taken exclusively, so that every enqueue that
- *      passed the guard before has committed, and every later one sees the
- *      fence (enqueue checks the guard after taking that lock in shared
- *      mode) and is refused with PJ002, retryable.  Claims and outcomes go
- *      on.
+ *      of S's queue-name locks taken exclusively, so that every enqueue (and
+ *      change to a queue) that passed the guard before has committed, and
+ *      every later one sees the fence (those calls check the guard after
+ *      taking that lock in shared mode, and the guard reads the fences with
+ *      the latest snapshot after the invalidation the fence's commit sends)
+ *      and is refused with PJ002, retryable.  Claims and outcomes go on.
  *   2. B: the queues of S created with A's settings (pgjq.citus_guard off:
  *      B does not serve S yet).
  *   3. A: wait until S's queues hold no unfinished job (workers finish what

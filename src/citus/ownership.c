@@ -9,20 +9,32 @@
  * pgjq.queue_route its name hashes to (Citus's own hashing, asked through
  * get_shard_id_for_distribution_column), unless pgjq.move_queues() is moving
  * that shard: then its state in pgjq.queue_fence (local to each node)
- * decides what the source still does (moves.c): state 'f' refuses
- * enqueues with a retryable SQLSTATE; state 's' (the switch is near) also
- * claims; outcomes are served until the move drops the queues.
+ * decides what the source still does until the switch (moves.c, and the
+ * table in api/guard.h): state 'f' refuses enqueues and changes to the
+ * queue with a retryable SQLSTATE (PJ002); state 's' (the switch is near)
+ * also claims, but complete_and_claim keeps its outcomes and claims nothing;
+ * outcomes are served.  Once the placement is another node's, every call is
+ * refused there (PJ001, naming it).
  *
  * The answer per queue name is cached per backend, with the fences, until
  * citus_mode.c's generation moves (a relcache invalidation of the routing
- * or the fence table).  Ids carry the group that issued them in their high
- * bits (citus_mode.h), so an id-only outcome is checked with a shift.
+ * or the fence table).  Both are read with the latest snapshot, never the
+ * caller's (see plan_fences): a REPEATABLE READ transaction, or a statement
+ * that waited on a fence's lock, would otherwise cache an answer from before
+ * the fence (review 0.4.0 C1, H1).  Ids carry the group that issued them in
+ * their high bits (citus_mode.h), so an id-only outcome is checked with a
+ * shift; only an id another group issued costs a look at this node's
+ * tables, for a job a move carried here with its id.
+ *
+ * Every call in Citus mode first checks that this node's ids are in its
+ * group's range (citus_mode.c, once per backend).
  *
  *-------------------------------------------------------------------------
  */
 #include "citus/ownership.h"
 #include "citus/citus_mode.h"
 #include "citus/moves.h"
+#include "common/spi_plans.h"
 #include "engine/engine.h"
 
 #include "catalog/pg_type.h"
@@ -49,43 +61,97 @@ typedef struct QueueOwner
 static HTAB *owners = NULL;
 static uint64 owners_generation = 0;
 
+/* more queue names than this and the cache starts again (per-tenant names) */
+#define MAX_OWNERS 4096
+
 #define MAX_FENCES 1024
 static int	nfences = 0;
 static int64 fence_shard[MAX_FENCES];
 static char fence_state[MAX_FENCES];
 
-/* (Re)load the fences when the generation moved; drop the owners. */
+/*
+ * The fences and placements are read with the latest snapshot, not the
+ * caller's.  A fence (or Citus's placement change at a move's switch) sends
+ * its relcache invalidation at commit, after its commit is visible to new
+ * snapshots and before its locks are released; a call that waited on the
+ * queue-name lock the fence held processes that invalidation right after
+ * the lock (pgjq_storage_queue_lock), so a snapshot taken then shows every
+ * commit that sent one.  The caller's snapshot may be older: a READ
+ * COMMITTED statement's was taken before its lock wait, a REPEATABLE READ
+ * transaction's when it began; read with it, the cache would hold "no
+ * fence" (or the old placement) until the next invalidation, which may
+ * never come (a session that enqueues in a loop was never fenced).
+ */
+static PgjqPlan plan_fences = {
+	"SELECT shard, state FROM pgjq.queue_fence ORDER BY shard LIMIT " CppAsString2(MAX_FENCES) " + 1",
+	0, {InvalidOid}
+};
+
+static PgjqPlan plan_owner = {
+	"SELECT s.shard, (SELECT p.groupid FROM pg_catalog.pg_dist_placement p"
+	"                  WHERE p.shardid OPERATOR(pg_catalog.=) s.shard"
+	"                  ORDER BY p.placementid LIMIT 1)"
+	"  FROM (SELECT pg_catalog.get_shard_id_for_distribution_column("
+	"          'pgjq.queue_route'::pg_catalog.regclass, $1) AS shard) s",
+	1, {TEXTOID}
+};
+
 static void
-owners_fresh(void)
+owners_reset(void)
 {
 	HASHCTL		ctl;
 
-	if (owners != NULL && owners_generation == pgjq_citus_generation())
-		return;
 	if (owners != NULL)
 		hash_destroy(owners);
+	owners = NULL;
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = PGJQ_MAX_QUEUE_NAME + 1;
 	ctl.entrysize = sizeof(QueueOwner);
 	ctl.hcxt = TopMemoryContext;
 	owners = hash_create("pgjq queue owners", 64, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
-	owners_generation = pgjq_citus_generation();
+}
 
+/*
+ * (Re)load the fences when the generation moved; drop the owners.  The
+ * generation is the one seen before the load, and recorded only once the
+ * load is complete: an invalidation during the load, or an error (a cancel,
+ * a statement_timeout), makes the next call load again.
+ */
+static void
+owners_fresh(void)
+{
+	uint64		gen = pgjq_citus_generation();
+
+	if (owners != NULL && owners_generation == gen)
+		return;
+	owners_generation = 0;
+	owners_reset();
 	nfences = 0;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pgjq: SPI_connect failed");
-	if (SPI_execute("SELECT shard, state FROM pgjq.queue_fence ORDER BY shard", true, 0) == SPI_OK_SELECT)
+	if (pgjq_spi_run_latest(&plan_fences, NULL, NULL, 0) != SPI_OK_SELECT)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("could not read pgjq.queue_fence"),
+				 errhint("Reinstall pgjq on this node.")));
+	if (SPI_processed > MAX_FENCES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("this node has more than %d fenced routing shards", MAX_FENCES),
+				 errdetail("Each row of pgjq.queue_fence is a move of a routing shard from this node "
+						   "that has not finished."),
+				 errhint("Finish the moves (CALL pgjq.move_queues() again), or use fewer routing "
+						 "shards.")));
+	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		for (uint64 i = 0; i < SPI_processed && nfences < MAX_FENCES; i++)
-		{
-			bool		isnull;
+		bool		isnull;
 
-			fence_shard[nfences] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-			fence_state[nfences] = DatumGetChar(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
-			nfences++;
-		}
+		fence_shard[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		fence_state[i] = DatumGetChar(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
 	}
+	nfences = (int) SPI_processed;
 	SPI_finish();
+	owners_generation = gen;
 }
 
 static char
@@ -104,6 +170,11 @@ owner_of(const char *queue)
 	QueueOwner *o;
 	bool		found;
 	char		key[PGJQ_MAX_QUEUE_NAME + 1];
+	Datum		values[1];
+	int64		shard = 0;
+	int32		group = -1;
+	bool		isnull;
+	Datum		g;
 
 	owners_fresh();
 	memset(key, 0, sizeof(key));
@@ -111,36 +182,25 @@ owner_of(const char *queue)
 	o = hash_search(owners, key, HASH_FIND, NULL);
 	if (o != NULL)
 		return o;
-	{
-		Oid			types[1] = {TEXTOID};
-		Datum		values[1] = {CStringGetTextDatum(queue)};
-		int64		shard = 0;
-		int32		group = -1;
-		bool		isnull;
-
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "pgjq: SPI_connect failed");
-		if (SPI_execute_with_args(
-								  "SELECT s.shard, (SELECT p.groupid FROM pg_catalog.pg_dist_placement p"
-								  "                  WHERE p.shardid OPERATOR(pg_catalog.=) s.shard"
-								  "                  ORDER BY p.placementid LIMIT 1)"
-								  "  FROM (SELECT pg_catalog.get_shard_id_for_distribution_column("
-								  "          'pgjq.queue_route'::pg_catalog.regclass, $1) AS shard) s",
-								  1, types, values, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "pgjq: could not read the routing shard of queue \"%s\"", queue);
-		shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		{
-			Datum		g = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-
-			if (!isnull)
-				group = DatumGetInt32(g);
-		}
-		SPI_finish();
-		o = hash_search(owners, key, HASH_ENTER, &found);
-		o->shard = shard;
-		o->group = group;
-		o->fence = fence_of(shard);
-	}
+	values[0] = CStringGetTextDatum(queue);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	if (pgjq_spi_run_latest(&plan_owner, values, NULL, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("could not read the routing shard of queue \"%s\"", queue),
+				 errhint("Run SELECT pgjq.citus_setup() on the coordinator.")));
+	shard = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	g = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	if (!isnull)
+		group = DatumGetInt32(g);
+	SPI_finish();
+	if (hash_get_num_entries(owners) >= MAX_OWNERS)
+		owners_reset();
+	o = hash_search(owners, key, HASH_ENTER, &found);
+	o->shard = shard;
+	o->group = group;
+	o->fence = fence_of(shard);
 	return o;
 }
 
@@ -161,45 +221,83 @@ wrong_node(const char *queue, const QueueOwner *o)
 					 "or connect to the node that pgjq.route('%s') names.", queue)));
 }
 
-void
+static void
+moving(const char *queue, const QueueOwner *o)
+{
+	ereport(ERROR,
+			(errcode(PGJQ_ERRCODE_QUEUE_MOVING),
+			 errmsg("queue \"%s\" is moving to another node", queue),
+			 errdetail("pgjq.move_queues() is moving routing shard %lld; enqueues and changes "
+					   "to the queue (and, in its last moments, claims) resume on the new node "
+					   "when it switches; outcomes are served meanwhile.",
+					   (long long) o->shard),
+			 errhint("Retry the call in a moment.")));
+}
+
+/*
+ * The queue guard (guard.h's hook): errors unless this node serves the call
+ * (the table in guard.h); false only for a CYCLE call in a move's last
+ * phase.  The caller holds the queue-name lock where its call needs one
+ * (enqueues, claims, drop_queue); for an ALTER call it is taken here.
+ */
+bool
 pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call)
 {
 	QueueOwner *o;
 
 	if (IsBackgroundWorker || !pgjq_citus_guard_on || !pgjq_citus_mode())
-		return;
+		return true;
+	pgjq_citus_require_id_range();
+	if (call == PGJQ_GUARD_ALTER || call == PGJQ_GUARD_UNSCHEDULE)
+		pgjq_storage_queue_lock(queue, RowExclusiveLock);
 	o = owner_of(queue);
+	if (call == PGJQ_GUARD_UNSCHEDULE)
+	{
+		if (o->fence != 0 && o->group == pgjq_citus_local_group())
+			moving(queue, o);
+		return true;
+	}
+	if (o->group != pgjq_citus_local_group())
+		wrong_node(queue, o);
 	if (o->fence != 0)
 	{
 		/*
-		 * This node is the source of a move of the queue's shard: it serves
-		 * the outcomes of what it holds until the move drops the queue, and
-		 * claims until the move's last moments; what adds jobs waits for the
-		 * new node.  Also right after the switch: a call delegated on the
-		 * metadata of a moment before gets "moving", retryable.
+		 * This node is the source of a move of the queue's shard, before the
+		 * switch: it serves the outcomes of what it holds, and claims until
+		 * the move's last phase ('s'); what adds jobs or changes the queue
+		 * waits for the new node (the target's copy was made from this one
+		 * when the move began).  After the switch the placement is the
+		 * target's, and every call is refused above, naming it.
 		 */
-		if (call == PGJQ_GUARD_USE ||
-			(call == PGJQ_GUARD_CLAIM && o->fence == 'f' && o->group == pgjq_citus_local_group()))
-			return;
-		ereport(ERROR,
-				(errcode(PGJQ_ERRCODE_QUEUE_MOVING),
-				 errmsg("queue \"%s\" is moving to another node", queue),
-				 errdetail("pgjq.move_queues() is moving routing shard %lld; enqueues (and, in "
-						   "its last moments, claims) resume on the new node when it switches; "
-						   "outcomes are served meanwhile.",
-						   (long long) o->shard),
-				 errhint("Retry the call in a moment.")));
+		switch (call)
+		{
+			case PGJQ_GUARD_USE:
+				return true;
+			case PGJQ_GUARD_CLAIM:
+				if (o->fence == 'f')
+					return true;
+				break;
+			case PGJQ_GUARD_CYCLE:
+				return o->fence == 'f';
+			case PGJQ_GUARD_CREATE:
+			case PGJQ_GUARD_ADD:
+			case PGJQ_GUARD_ALTER:
+			case PGJQ_GUARD_UNSCHEDULE:
+				break;
+		}
+		moving(queue, o);
 	}
-	if (o->group == pgjq_citus_local_group())
+
+	/*
+	 * Served here but not here: never created, or Citus moved the shard here
+	 * behind pgjq's back (the queue and its jobs stayed where they were). The
+	 * same SQLSTATE as any unknown queue, with the reason.
+	 */
+	if (call != PGJQ_GUARD_CREATE)
 	{
 		PgjqQueue	q;
 
-		/*
-		 * Served here but not here: never created, or Citus moved the shard
-		 * here behind pgjq's back (the queue and its jobs stayed where they
-		 * were).  The same SQLSTATE as any unknown queue, with the reason.
-		 */
-		if (call != PGJQ_GUARD_CREATE && !pgjq_storage_queue_get(queue, &q))
+		if (!pgjq_storage_queue_get(queue, &q))
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
 					 errmsg("queue \"%s\" does not exist", queue),
@@ -209,11 +307,16 @@ pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call)
 							   "stayed on the node that had it.", (long long) o->shard),
 					 errhint("Move the shard back with citus_move_shard_placement(), then use "
 							 "CALL pgjq.move_queues() to move queues.")));
-		return;
 	}
-	wrong_node(queue, o);
+	return true;
 }
 
+/*
+ * The id guard (guard.h's hook): errors unless this node issued each id,
+ * or holds its job (a move carries dead jobs to the target, where they keep
+ * the id their first node issued).  The second look is a query, made only
+ * where the call would otherwise be refused.
+ */
 void
 pgjq_citus_guard_ids(const int64 *ids, int n)
 {
@@ -221,12 +324,13 @@ pgjq_citus_guard_ids(const int64 *ids, int n)
 
 	if (IsBackgroundWorker || !pgjq_citus_guard_on || !pgjq_citus_mode())
 		return;
+	pgjq_citus_require_id_range();
 	local = pgjq_citus_local_group();
 	for (int i = 0; i < n; i++)
 	{
 		int32		g = pgjq_citus_group_of_id(ids[i]);
 
-		if (g >= 0 && g != local)
+		if (g >= 0 && g != local && !pgjq_storage_job_here(ids[i]))
 		{
 			char	   *host;
 			int32		port;
@@ -237,7 +341,7 @@ pgjq_citus_guard_ids(const int64 *ids, int n)
 					 errmsg("job %lld was issued by node %s:%d, not by this one",
 							(long long) ids[i], host, port),
 					 errdetail("Under Citus a job's id names the node group that issued it (%d) and "
-							   "only that node holds the job.", g),
+							   "that node holds the job, unless a move carried it elsewhere.", g),
 					 errhint("Send the call to that node, or use the queue-first form "
 							 "(complete_in, fail_in, heartbeat_in, snooze_in, cancel_in, job_in) "
 							 "through any node.")));

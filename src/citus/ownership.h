@@ -11,7 +11,7 @@
 
 #include "api/guard.h"
 
-extern void pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call);
+extern bool pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call);
 extern void pgjq_citus_guard_ids(const int64 *ids, int n);
 
 #endif							/* PGJQ_CITUS_OWNERSHIP_H */

@@ -168,6 +168,9 @@ extern PgjqCancelResult pgjq_storage_cancel(int64 id, TimestampTz now);
 extern int	pgjq_storage_key_jobs(int32 queue_id, const char *fair_key, int64 **ids);
 extern int64 pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz now);
 
+/* whether this node holds job id in any state (the Citus id guard) */
+extern bool pgjq_storage_job_here(int64 id);
+
 /* storage_maintenance.c */
 extern int64 pgjq_storage_promote(TimestampTz now, int limit);
 extern TimestampTz pgjq_storage_next_deadline(void);

@@ -462,3 +462,39 @@ pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz now)
 		pgjq_became_ready_hook(queue_id, (int) Min(SPI_processed, PG_INT32_MAX));
 	return (int64) SPI_processed;
 }
+
+/*
+ * Whether this node holds job id, in any state job(id) shows: a row of
+ * pgjq.job (scheduled, ready outside the ring, waiting), a body in the
+ * ring's tables (ready or running in the ring, or finished there lately), a
+ * row of pgjq.job_history (dead, cancelled) or of pgjq.job_done
+ * (completed).  Read with the latest snapshot, in its own SPI session.  For
+ * the Citus id guard, and only on its refusing path: a job that a move
+ * carried here keeps the id that another node issued (the history tables
+ * have no index by id: this is not for a hot path).
+ */
+bool
+pgjq_storage_job_here(int64 id)
+{
+	static PgjqPlan plan_here = {
+		"SELECT EXISTS (SELECT 1 FROM pgjq.job WHERE id = $1 AND state <> 'n')"
+		"    OR EXISTS (SELECT 1 FROM pgjq.ring_body_0 WHERE id = $1)"
+		"    OR EXISTS (SELECT 1 FROM pgjq.ring_body_1 WHERE id = $1)"
+		"    OR EXISTS (SELECT 1 FROM pgjq.ring_body_2 WHERE id = $1)"
+		"    OR EXISTS (SELECT 1 FROM pgjq.ring_body_3 WHERE id = $1)"
+		"    OR EXISTS (SELECT 1 FROM pgjq.job_history WHERE id = $1)"
+		"    OR EXISTS (SELECT 1 FROM pgjq.job_done d"
+		"                WHERE d.min_id <= $1 AND d.max_id >= $1 AND $1 = ANY (d.ids))",
+		1, {INT8OID}
+	};
+	Datum		v[1] = {Int64GetDatum(id)};
+	bool		isnull;
+	bool		here;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	pgjq_spi_run_latest(&plan_here, v, NULL, 1);
+	here = SPI_processed == 1 && DatumGetBool(pgjq_spi_get(0, 1, &isnull)) && !isnull;
+	SPI_finish();
+	return here;
+}

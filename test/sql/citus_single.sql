@@ -36,9 +36,12 @@ SELECT * FROM pgjq.citus_setup();
 CALL pgjq.move_queues(1, 'localhost', 5432);
 SELECT pgjq._citus_fence(1, 1, 'f');
 
--- the guard's setting is a superuser's
+-- the guard's setting is a superuser's: pgjq_admin may not turn it off (42501)
+SET ROLE pgjq_admin;
+\set VERBOSITY sqlstate
 SET pgjq.citus_guard = off;
-RESET pgjq.citus_guard;
+\set VERBOSITY default
 SHOW pgjq.citus_guard;
+RESET ROLE;
 
 SELECT pgjq.drop_queue('cs', force => true);
