@@ -58,7 +58,8 @@ plan_statement(Query *parse, const char *query_string, int cursorOptions,
 	 * Never JIT-compiled: a path the settings above disable still costs
 	 * disable_cost (1e10), far above jit_above_cost, so a lookup with no
 	 * index to walk (job_done's ranges under job(id)) was compiled on every
-	 * execution: 150-300 ms for a lookup of 0.1 ms (wait_jobs woke that late).
+	 * execution: 150-300 ms for a lookup of 0.1 ms (wait_jobs woke that
+	 * late).
 	 */
 	result->jitFlags = PGJIT_NONE;
 	return result;

@@ -147,6 +147,7 @@ extern void pgjq_storage_require_schema(void);
 /* storage_queue.c */
 extern void pgjq_storage_queue_lock(const char *name, LOCKMODE mode);
 extern void pgjq_storage_queue_unlock(const char *name, LOCKMODE mode);
+
 /* a promotion in flight (held to its end); waiting until none is */
 extern void pgjq_storage_promotion_lock(void);
 extern void pgjq_storage_promotions_wait(void);

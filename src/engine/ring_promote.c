@@ -287,7 +287,11 @@ promote_moved(int n, int64 *ids)
 	MemoryContext old;
 
 	values[0] = PointerGetDatum(ring_int8_array(ids, n));
-	/* a move's drain check waits for this batch's publication (storage_queue.c) */
+
+	/*
+	 * a move's drain check waits for this batch's publication
+	 * (storage_queue.c)
+	 */
 	pgjq_storage_promotion_lock();
 	pgjq_spi_run(&plan_promote_out, values, NULL, 0);
 	n = (int) SPI_processed;
