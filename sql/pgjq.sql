@@ -1312,7 +1312,7 @@ END
 $$;
 
 /*
- * The source's state (_citus_shard_state) on the target's copies (step 4),
+ * The source's state (_citus_shard_state, carried) on the target's copies (step 4),
  * idempotently.  exact (before the switch, when the target does not serve
  * the queues yet): the copies end with exactly the source's dead jobs,
  * periods and holds.  Otherwise (finishing a move after its switch, the
@@ -1321,7 +1321,7 @@ $$;
  * target's is replaced.  A carried dead job keeps its id and finish time;
  * its history partition is made where missing and counts its queue.
  */
-CREATE FUNCTION pgjq._citus_adopt_state(state jsonb, exact boolean)
+CREATE FUNCTION pgjq._citus_adopt_state(carried jsonb, exact boolean)
 RETURNS text
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 SET pgjq.citus_guard = off
@@ -1338,17 +1338,17 @@ BEGIN
 	IF exact THEN
 		DELETE FROM pgjq.job_history x USING pgjq.queue q
 		 WHERE x.queue_id = q.queue_id AND x.state = 'd'
-		   AND q.name IN (SELECT jsonb_array_elements_text(state->'queues'))
-		   AND x.id NOT IN (SELECT (e->>'id')::bigint FROM jsonb_array_elements(state->'dead') e);
+		   AND q.name IN (SELECT jsonb_array_elements_text(carried->'queues'))
+		   AND x.id NOT IN (SELECT (e->>'id')::bigint FROM jsonb_array_elements(carried->'dead') e);
 		DELETE FROM pgjq.dedup_period x USING pgjq.queue q
-		 WHERE x.queue_id = q.queue_id AND q.name IN (SELECT jsonb_array_elements_text(state->'queues'))
-		   AND (q.name, x.dedup_key) NOT IN (SELECT e->>'queue', e->>'dedup_key' FROM jsonb_array_elements(state->'dedup') e);
+		 WHERE x.queue_id = q.queue_id AND q.name IN (SELECT jsonb_array_elements_text(carried->'queues'))
+		   AND (q.name, x.dedup_key) NOT IN (SELECT e->>'queue', e->>'dedup_key' FROM jsonb_array_elements(carried->'dedup') e);
 		PERFORM pgjq.release_key(q.name, nullif(k.fair_key, ''))
 		   FROM pgjq.key_holds k JOIN pgjq.queue q ON q.queue_id = k.queue_id
-		  WHERE q.name IN (SELECT jsonb_array_elements_text(state->'queues'))
-			AND (q.name, k.fair_key::text) NOT IN (SELECT e->>'queue', e->>'fair_key' FROM jsonb_array_elements(state->'holds') e);
+		  WHERE q.name IN (SELECT jsonb_array_elements_text(carried->'queues'))
+			AND (q.name, k.fair_key::text) NOT IN (SELECT e->>'queue', e->>'fair_key' FROM jsonb_array_elements(carried->'holds') e);
 	END IF;
-	FOR r IN SELECT jsonb_array_elements(state->'dead') LOOP
+	FOR r IN SELECT jsonb_array_elements(carried->'dead') LOOP
 		SELECT queue_id INTO qid FROM pgjq.queue WHERE name = r->>'queue';
 		IF NOT FOUND THEN
 			RAISE EXCEPTION 'queue "%" does not exist here to take its dead jobs', r->>'queue'
@@ -1365,7 +1365,7 @@ BEGIN
 		 WHERE p.relname = part AND p.queue_ids IS NOT NULL AND NOT (qid = ANY (p.queue_ids));
 		nd := nd + 1;
 	END LOOP;
-	FOR r IN SELECT jsonb_array_elements(state->'dedup') LOOP
+	FOR r IN SELECT jsonb_array_elements(carried->'dedup') LOOP
 		INSERT INTO pgjq.dedup_period (queue_id, dedup_key, job_id, until)
 		SELECT q.queue_id, r->>'dedup_key', (r->>'job_id')::bigint, (r->>'until')::timestamptz
 		  FROM pgjq.queue q WHERE q.name = r->>'queue'
@@ -1373,7 +1373,7 @@ BEGIN
 		 WHERE exact;
 		np := np + 1;
 	END LOOP;
-	FOR r IN SELECT jsonb_array_elements(state->'holds') LOOP
+	FOR r IN SELECT jsonb_array_elements(carried->'holds') LOOP
 		CONTINUE WHEN NOT exact AND EXISTS (SELECT 1 FROM pgjq.key_holds k JOIN pgjq.queue q ON q.queue_id = k.queue_id
 											 WHERE q.name = r->>'queue' AND k.fair_key = r->>'fair_key');
 		PERFORM pgjq.hold_key(r->>'queue', nullif(r->>'fair_key', ''), (r->>'until')::timestamptz);
