@@ -50,7 +50,7 @@
 
 /* field4 of the lock tag, apart from user advisory locks (which use 1 and 2) */
 #define PGJQ_LOCKTAG_QUEUE	0x706A
-#define PGJQ_LOCKTAG_PROMOTIONS	0x706B
+#define PGJQ_LOCKTAG_PROMOTIONS	0x706C
 
 static PgjqPlan plan_insert = {
 	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention,"
