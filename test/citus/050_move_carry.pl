@@ -223,6 +223,36 @@ is($rc, 0, 'then move_queues() finishes the move') or diag $err;
 is(fences($sr), '0 0 0', 'no fence left');
 is($c->safe_psql($hr, "SELECT count(*) FROM pgjq.queue WHERE name = '$qr'"), 0, 'the source\'s copy is dropped');
 
+# ---------------------- the shard moved behind pgjq's back mid-move (C3(b))
+
+# a held job keeps the drain busy; meanwhile the shard is moved with Citus
+# alone and jobs are enqueued on the target's copy: when the drain gives
+# up, the target's queues must not be dropped
+my ($qb, $sb, $hb, $ob) = queue_alone('qb');
+my ($bid, $btok) = split /\|/, do {
+	$c->safe_psql(0, "SELECT pgjq.enqueue('$qb', '{}')");
+	$c->safe_psql(0, "SELECT id, token FROM pgjq.claim('$qb', lease => '2 minutes')");
+};
+my ($bout, $berr) = ('', '');
+my $bmove = IPC::Run::start(
+	[ 'psql', '-XAtq', '-h', $c->node(0)->host, '-p', $port{0}, '-d', 'postgres',
+		'-c', "CALL pgjq.move_queues($sb, '127.0.0.1', $port{$ob}, drain_wait => '6 s')" ],
+	'>', \$bout, '2>', \$berr);
+ok(poll($ob, "SELECT count(*) FROM pgjq.queue WHERE name = '$qb'", 1, 10), 'the move made its copy on the target');
+$c->safe_psql(0, "SELECT citus_move_shard_placement($sb, '127.0.0.1', $port{$hb}, '127.0.0.1', $port{$ob}, "
+	  . "shard_transfer_mode := 'block_writes')");
+my @behind = map { $c->safe_psql(0, "SELECT pgjq.enqueue('$qb', '{}')") } 1 .. 3;
+$bmove->finish;
+like($berr, qr/routing shard $sb was moved to group \d+ outside move_queues\(\) while its queues on 127\.0\.0\.1:$port{$hb} were drained: nothing is dropped/,
+	'the drain gives up without dropping the queues of the node that holds the shard (C3(b))');
+is($c->safe_psql($ob, "SELECT count(*) FROM pgjq.claim('$qb', 10)"), 3, 'the 3 jobs enqueued there are claimable');
+# the held job finished on the old node (outcomes are served under the
+# fence); then the move called again toward the shard's node finishes
+$c->safe_psql($hb, "SELECT pgjq.complete('{$bid}'::bigint[], '{$btok}'::bigint[])");
+($rc, $out, $err) = move($sb, $ob);
+is($rc, 0, 'then move_queues() finishes the move') or diag $err;
+is(fences($sb), '0 0 0', 'no fence left');
+
 # --------------------------------------------- a move back after a move cut short (M3)
 
 my ($qm, $sm, $hm, $om) = queue_alone('qm');
