@@ -34,11 +34,11 @@ $c->safe_psql(0, 'SELECT * FROM pgjq.citus_setup(8)');
 # a node whose id sequence is past its range (a dump of another node
 # restored there): citus_setup() stops, naming it (review 0.4.0 M2, L2)
 my $g2 = $c->safe_psql(2, 'SELECT groupid FROM pg_dist_local_group');
-$c->safe_psql(2, "ALTER SEQUENCE pgjq.job_id_seq NO MAXVALUE; SELECT setval('pgjq.job_id_seq', ($g2::bigint + 3) << 48)");
+$c->safe_psql(2, "ALTER SEQUENCE pgjq.job_id_seq NO MAXVALUE; SELECT setval('pgjq.job_id_seq', (${g2}::bigint + 3) << 48)");
 $c->fails_with(0, 'SELECT * FROM pgjq.citus_setup(8)', '55000',
 	qr/node 127\.0\.0\.1:$p2 \(group $g2\) could not be given its id range: .*the id sequences of group $g2 are past its range/,
 	'citus_setup() with a node whose ids are past its range');
-$c->safe_psql(2, "SELECT setval('pgjq.job_id_seq', ($g2::bigint + 1) << 48, false)");
+$c->safe_psql(2, "SELECT setval('pgjq.job_id_seq', (${g2}::bigint + 1) << 48, false)");
 like($c->safe_psql(0, 'SELECT string_agg(result, \', \') FROM pgjq.citus_setup(8)'), qr/group $g2: ids from/,
 	'set back, the setup goes through');
 
