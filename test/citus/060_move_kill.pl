@@ -204,7 +204,7 @@ for my $step (1 .. 5)
 }
 
 # the producers' errors: "moving", a transaction refused whole, a node down
-my $down = qr/connection to the remote node|could not commit transaction for shard|terminating connection|server closed the connection|could not connect|the database system is (?:starting up|shutting down|in recovery mode)|connection to server/;
+my $down = qr/connection to the remote node|could not commit transaction for shard|terminating connection|server closed the connection|could not connect|the database system is (?:starting up|shutting down|in recovery mode)|connection to server|postmaster was shut down|not yet accepting connections|Connection refused/;
 for my $name ('produce', 'produce_rr', 'work_direct')
 {
 	my @errs = (slurp_file("$tmp/$name.log") =~ /ERROR:\s+([^\n]*)/g);
