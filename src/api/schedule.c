@@ -21,6 +21,11 @@
  *
  * Who may call: pgjq_admin (a schedule enqueues into any queue).
  *
+ * Under Citus a schedule whose queue is being moved away from this node is
+ * held (pgjq_schedule_held_hook): not fired, its next slot kept, so that
+ * the move carries it with its next slot to the queue's new node; while one
+ * is held the worker looks again every second rather than at once.
+ *
  *-------------------------------------------------------------------------
  */
 #include "api/guard.h"
@@ -52,6 +57,11 @@ PG_FUNCTION_INFO_V1(pgjq_fire_schedules);
 #define CATCH_UP_GRACE	(60 * USECS_PER_SEC)
 #define FIRE_CHUNK		100
 #define SCHEDULE_NAME_MAX	128
+
+PgjqScheduleHeldHook pgjq_schedule_held_hook = NULL;
+
+/* when this backend last held a due schedule back (0: never) */
+static TimestampTz held_at = 0;
 
 static PgjqPlan plan_upsert = {
 	"INSERT INTO pgjq.schedules (name, cron, queue, payload, time_zone, catch_up, next_slot)"
@@ -235,7 +245,8 @@ pgjq_cron_slots(PG_FUNCTION_ARGS)
 
 /*
  * Fire one due schedule (its row locked): enqueue the slots catch_up picks
- * among those due, move next_slot past now.  Returns the jobs enqueued.
+ * among those due, move next_slot past now.  Returns the jobs enqueued, or
+ * -1 for a schedule held by a move (pgjq_schedule_held_hook): left as it is.
  */
 static int64
 fire_one(HeapTuple row, TupleDesc desc, TimestampTz now)
@@ -260,6 +271,11 @@ fire_one(HeapTuple row, TupleDesc desc, TimestampTz now)
 	Datum		values[3];
 	char		nulls[3] = "   ";
 
+	if (pgjq_schedule_held_hook != NULL && pgjq_schedule_held_hook(queue_name))
+	{
+		held_at = GetCurrentTimestamp();
+		return -1;
+	}
 	pgjq_cron_parse(expr, &cron);
 	tz = pgjq_cron_zone(zone, "time_zone");
 	while (s <= now)
@@ -326,6 +342,7 @@ fire_due(int limit, int64 *jobs)
 	Datum		values[2] = {TimestampTzGetDatum(now), Int32GetDatum(limit)};
 	SPITupleTable *rows;
 	uint64		n;
+	uint64		held = 0;
 
 	*jobs = 0;
 	if (RecoveryInProgress())
@@ -335,9 +352,17 @@ fire_due(int limit, int64 *jobs)
 	rows = SPI_tuptable;
 	n = SPI_processed;
 	for (uint64 i = 0; i < n; i++)
-		*jobs += fire_one(rows->vals[i], rows->tupdesc, now);
+	{
+		int64		fired = fire_one(rows->vals[i], rows->tupdesc, now);
+
+		/* a held schedule (-1) counts as not due: no chunk after it for it */
+		if (fired < 0)
+			held++;
+		else
+			*jobs += fired;
+	}
 	pgjq_storage_end();
-	return (int64) n;
+	return (int64) (n - held);
 }
 
 /* The worker's step: one chunk of due schedules. */
@@ -357,10 +382,16 @@ pgjq_schedule_next_slot(void)
 {
 	bool		isnull;
 	Datum		d;
+	TimestampTz t;
+	TimestampTz clock = GetCurrentTimestamp();
 
 	pgjq_spi_run(&plan_next, NULL, NULL, 1);
 	d = pgjq_spi_get(0, 1, &isnull);
-	return isnull ? DT_NOEND : DatumGetTimestampTz(d);
+	t = isnull ? DT_NOEND : DatumGetTimestampTz(d);
+	/* a held schedule stays due: look again in a second, not at once */
+	if (held_at != 0 && clock - held_at < 2 * USECS_PER_SEC)
+		t = Max(t, clock + USECS_PER_SEC);
+	return t;
 }
 
 /* pgjq._fire_schedules(): every due schedule now; returns the jobs enqueued. */

@@ -11,6 +11,7 @@
 #include "common/pgjq_common.h"
 
 extern bool pgjq_citus_guard_on;	/* pgjq.citus_guard */
+extern int	pgjq_debug_move_stop_after; /* pgjq.debug_move_stop_after */
 
 extern void pgjq_citus_moves_init(void);
 

@@ -147,6 +147,10 @@ extern void pgjq_storage_require_schema(void);
 /* storage_queue.c */
 extern void pgjq_storage_queue_lock(const char *name, LOCKMODE mode);
 extern void pgjq_storage_queue_unlock(const char *name, LOCKMODE mode);
+
+/* a promotion in flight (held to its end); waiting until none is */
+extern void pgjq_storage_promotion_lock(void);
+extern void pgjq_storage_promotions_wait(void);
 extern bool pgjq_storage_queue_get(const char *name, PgjqQueue *queue);
 extern void pgjq_storage_queue_get_or_error(const char *name, PgjqQueue *queue);
 extern bool pgjq_storage_queue_insert(const char *name, const PgjqQueueSettings *s);

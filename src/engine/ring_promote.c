@@ -12,6 +12,9 @@
  * rows leave pgjq.job (deleted, or turned into their dedup anchor) and are
  * appended and published as an enqueue's (ring_enqueue.c); the pins go in
  * any case.  Taken no further than the ring has room for positions now.
+ * Before the rows leave pgjq.job the batch takes the promotion lock
+ * (pgjq_storage_promotion_lock), held to the end of its transaction, after
+ * the commit callbacks that publish it: a move's drain check waits on it.
  *
  *-------------------------------------------------------------------------
  */
@@ -284,6 +287,12 @@ promote_moved(int n, int64 *ids)
 	MemoryContext old;
 
 	values[0] = PointerGetDatum(ring_int8_array(ids, n));
+
+	/*
+	 * a move's drain check waits for this batch's publication
+	 * (storage_queue.c)
+	 */
+	pgjq_storage_promotion_lock();
 	pgjq_spi_run(&plan_promote_out, values, NULL, 0);
 	n = (int) SPI_processed;
 	if (n == 0)

@@ -50,6 +50,7 @@
 
 /* field4 of the lock tag, apart from user advisory locks (which use 1 and 2) */
 #define PGJQ_LOCKTAG_QUEUE	0x706A
+#define PGJQ_LOCKTAG_PROMOTIONS	0x706C
 
 static PgjqPlan plan_insert = {
 	"INSERT INTO pgjq.queue (name, lease, max_attempts, backoff_base, backoff_max, retention,"
@@ -115,6 +116,38 @@ pgjq_storage_queue_lock(const char *name, LOCKMODE mode)
 	(void) LockAcquire(&tag, mode, false, false);
 	/* as LockRelationOid does: see what committed while we waited */
 	AcceptInvalidationMessages();
+}
+
+/*
+ * The promotion lock of this database.  A promotion (ring_promote.c) takes it
+ * in RowExclusiveLock (promotions do not conflict with each other) once per
+ * batch that moves rows, before the rows leave pgjq.job, and holds it to its
+ * transaction's end; a transaction's locks go after its commit callbacks,
+ * which publish the promoted jobs in the ring.  So whoever takes it in
+ * ShareLock (pgjq_storage_promotions_wait: a move's final drain check and
+ * its release, src/citus/moves.c) waits for every promotion in flight to
+ * have published its jobs, and a snapshot taken after that sees each job
+ * either as a row of pgjq.job or in the ring, never in neither.  Cost on a
+ * single server: one heavyweight lock per promotion batch that moves rows,
+ * never waited for (nothing else takes ShareLock there).
+ */
+void
+pgjq_storage_promotion_lock(void)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, PGJQ_LOCKTAG_PROMOTIONS);
+	(void) LockAcquire(&tag, RowExclusiveLock, false, false);
+}
+
+/* Waits until no promotion is in flight; holds the lock to the transaction's end. */
+void
+pgjq_storage_promotions_wait(void)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, PGJQ_LOCKTAG_PROMOTIONS);
+	(void) LockAcquire(&tag, ShareLock, false, false);
 }
 
 /*

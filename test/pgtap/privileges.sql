@@ -10,7 +10,7 @@
 \pset pager off
 
 BEGIN;
-SELECT plan(60);
+SELECT plan(61);
 
 -- ----------------------------------------------------------------- PUBLIC
 
@@ -240,8 +240,9 @@ SELECT results_eq(
 
 -- The Citus mode's queue-first forms: the roles of their plain forms (on a
 -- single server they are the plain forms); route() to both, which says here
--- that this is no Citus cluster; citus_setup() and move_queues() to the
--- admin only, which they refuse here for want of Citus.
+-- that this is no Citus cluster; citus_setup() and move_queues() are
+-- granted to the admin only, and refuse a caller who is not a superuser
+-- (review 0.4.0 M5); a superuser gets 55000 here for want of Citus.
 SELECT is(pg_temp.run_as('pgjq_test_admin', $$SELECT pgjq.create_queue('privq_in')$$), 'ok',
 	'an admin can create another queue');
 SELECT is(pg_temp.run_as('pgjq_test_producer',
@@ -283,12 +284,14 @@ SELECT is(pg_temp.run_as('pgjq_test_nobody', $$SELECT * FROM pgjq.route('privq_i
 	'a role without grants cannot call route()');
 SELECT is(pg_temp.run_as('pgjq_test_worker', $$SELECT * FROM pgjq.citus_setup()$$), '42501',
 	'a worker cannot call citus_setup()');
-SELECT is(pg_temp.run_as('pgjq_test_admin', $$SELECT * FROM pgjq.citus_setup()$$), '55000',
-	'an admin may call citus_setup(), which without Citus raises 55000');
+SELECT is(pg_temp.run_as('pgjq_test_admin', $$SELECT * FROM pgjq.citus_setup()$$), '42501',
+	'an admin who is not a superuser is refused by citus_setup() (42501)');
 SELECT is(pg_temp.run_as('pgjq_test_worker', $$CALL pgjq.move_queues(1, 'localhost', 5432)$$), '42501',
 	'a worker cannot call move_queues()');
-SELECT is(pg_temp.run_as('pgjq_test_admin', $$CALL pgjq.move_queues(1, 'localhost', 5432)$$), '55000',
-	'an admin may call move_queues(), which without Citus raises 55000');
+SELECT is(pg_temp.run_as('pgjq_test_admin', $$CALL pgjq.move_queues(1, 'localhost', 5432)$$), '42501',
+	'an admin who is not a superuser is refused by move_queues() (42501)');
+SELECT throws_ok($$CALL pgjq.move_queues(1, 'localhost', 5432)$$, '55000', NULL,
+	'a superuser may call move_queues(), which without Citus raises 55000');
 SELECT results_eq(
 	$$SELECT completed, cancelled FROM pgjq.queue_stats WHERE queue = 'privq_in'$$,
 	$$VALUES (1::bigint, 2::bigint)$$,

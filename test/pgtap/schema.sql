@@ -157,7 +157,8 @@ SELECT set_eq(
 	ARRAY['pgjq.await(text[],interval)',
 		  'pgjq.citus_setup(integer)', 'pgjq._citus_node_setup()',
 		  'pgjq.routing_shard_allowed_on_node(bigint,integer)',
-		  'pgjq.move_queues(bigint,text,integer,interval)', 'pgjq._citus_on(text,integer,text)'],
+		  'pgjq.move_queues(bigint,text,integer,interval)', 'pgjq._citus_on(text,integer,text)',
+		  'pgjq._citus_finish_on(bigint,text,integer,text,integer)'],
 	'every pgjq function is SECURITY DEFINER but await() and the Citus mode''s setup, strategy and moves');
 -- move_queues() commits between its steps, which a procedure with a SET
 -- clause cannot: it may set its search_path in each of its transactions
