@@ -203,7 +203,7 @@ my $pj002 = qr/ERROR:\s+PJ002:/;
 	$l->query_safe('COMMIT');
 	$l->quit;
 	my ($out, $err) = run_in($w, 'SELECT 1');    # the first claim's answer
-	note("H1: the first claim after the release: $err");
+	like($err, $pj001, 'H1: the claim that waited on the release gets PJ001') or diag($err);
 	($out, $err) = run_in($w, "SELECT count(*) FROM pgjq.claim(ARRAY['$q->{name}'])");
 	like($err, $pj001, 'H1: the second claim on the same connection gets PJ001') or diag($err);
 	like($err, qr/queue "$q->{name}" is served by node 127\.0\.0\.1:$q->{tgt_port}, not by this one/,
