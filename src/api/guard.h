@@ -29,8 +29,10 @@
  *   CYCLE               as CLAIM, but the last phase serves it with nothing
  *                       to hand out (complete_and_claim keeps its outcomes)
  *   USE                 served
- * and after the switch none of them (PJ001, naming the node that serves
- * the queue now).  UNSCHEDULE (a schedule of the queue removed) is refused
+ * and after the switch none of them: ALTER and USE PJ001 (naming the node
+ * that serves the queue now), the others PJ002 until the move drops the
+ * fence (a coordinator may have delegated them on the metadata of a moment
+ * before), PJ001 after.  UNSCHEDULE (a schedule of the queue removed) is refused
  * only there, before the switch (PJ002), and served everywhere else: a
  * schedule lives on the node where it was made, and one whose queue is
  * gone or served elsewhere must stay removable.
