@@ -5,9 +5,10 @@
  *
  * On a single server nothing is set and every check is one test of a NULL
  * pointer.  Under Citus (src/citus/ownership.c) a queue is served by the
- * node that holds its routing shard, and an id by the node that issued it;
- * a call that reached another node is refused there, naming the node that
- * serves it, instead of running on this node's (empty) copy.
+ * node that holds its routing shard, and an id by the node that issued it
+ * (or holds its job); a call that reached another node is refused there,
+ * naming the node that serves it, instead of running on this node's
+ * (empty) copy.
  *
  *-------------------------------------------------------------------------
  */
@@ -28,8 +29,10 @@
  *   CYCLE               as CLAIM, but the last phase serves it with nothing
  *                       to hand out (complete_and_claim keeps its outcomes)
  *   USE                 served
- * and after the switch none of them (PJ001, naming the node that serves
- * the queue now).  UNSCHEDULE (a schedule of the queue removed) is refused
+ * and after the switch none of them: ALTER and USE PJ001 (naming the node
+ * that serves the queue now), the others PJ002 until the move drops the
+ * fence (a coordinator may have delegated them on the metadata of a moment
+ * before), PJ001 after.  UNSCHEDULE (a schedule of the queue removed) is refused
  * only there, before the switch (PJ002), and served everywhere else: a
  * schedule lives on the node where it was made, and one whose queue is
  * gone or served elsewhere must stay removable.
@@ -50,10 +53,11 @@ typedef enum PgjqGuardCall
 
 /*
  * The queue hook errors unless this node serves the call; it returns false
- * only for a CYCLE call that is served with nothing to claim.  For an ALTER
- * or UNSCHEDULE call it first takes the queue-name lock in shared mode (as enqueues and
- * claims take it before their check), so that a move's fence, which takes
- * it exclusively, waits for the change and then copies it.
+ * only for a CYCLE call that is served with nothing to claim.  For an
+ * ALTER or UNSCHEDULE call it first takes the queue-name lock in shared
+ * mode (as enqueues and claims take it before their check), so that a
+ * move's fence, which takes it exclusively, waits for the change and then
+ * copies it.
  */
 typedef bool (*PgjqQueueGuardHook) (const char *queue, PgjqGuardCall call);
 typedef void (*PgjqIdsGuardHook) (const int64 *ids, int n);
@@ -86,7 +90,10 @@ pgjq_guard_claim(const char *queue, PgjqGuardCall call)
 	return pgjq_queue_guard_hook == NULL || pgjq_queue_guard_hook(queue, call);
 }
 
-/* Errors unless this node issued every one of the job ids. */
+/*
+ * Errors unless this node issued every one of the job ids, or holds their
+ * jobs (a move carries jobs with their ids).
+ */
 static inline void
 pgjq_guard_ids(const int64 *ids, int n)
 {

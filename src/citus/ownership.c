@@ -13,8 +13,9 @@
  * table in api/guard.h): state 'f' refuses enqueues and changes to the
  * queue with a retryable SQLSTATE (PJ002); state 's' (the switch is near)
  * also claims, but complete_and_claim keeps its outcomes and claims nothing;
- * outcomes are served.  Once the placement is another node's, every call is
- * refused there (PJ001, naming it).
+ * outcomes are served.  Once the placement is another node's, what uses or
+ * changes the queue is refused there (PJ001, naming it), and enqueues and
+ * claims get PJ002 until the move drops the fence, PJ001 after.
  *
  * The answer per queue name is cached per backend, with the fences, until
  * citus_mode.c's generation moves (a relcache invalidation of the routing
@@ -204,6 +205,9 @@ owner_of(const char *queue)
 	return o;
 }
 
+static void wrong_node(const char *queue, const QueueOwner *o) pg_attribute_noreturn();
+static void moving(const char *queue, const QueueOwner *o) pg_attribute_noreturn();
+
 static void
 wrong_node(const char *queue, const QueueOwner *o)
 {
@@ -257,36 +261,49 @@ pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call)
 			moving(queue, o);
 		return true;
 	}
-	if (o->group != pgjq_citus_local_group())
-		wrong_node(queue, o);
 	if (o->fence != 0)
 	{
+		bool		switched = o->group != pgjq_citus_local_group();
+
 		/*
-		 * This node is the source of a move of the queue's shard, before the
-		 * switch: it serves the outcomes of what it holds, and claims until
+		 * This node is the source of a move of the queue's shard.  Before the
+		 * switch it serves the outcomes of what it holds, and claims until
 		 * the move's last phase ('s'); what adds jobs or changes the queue
 		 * waits for the new node (the target's copy was made from this one
-		 * when the move began).  After the switch the placement is the
-		 * target's, and every call is refused above, naming it.
+		 * when the move began).  After the switch (the placement is the
+		 * target's, this node's copies not dropped yet) what uses or changes
+		 * the queue is refused naming the target; enqueues and claims keep
+		 * getting "moving", retryable: a coordinator may have delegated them
+		 * here on the metadata of a moment before, and a retry through it
+		 * reaches the target.  Once the move drops the fence, PJ001 below.
 		 */
 		switch (call)
 		{
 			case PGJQ_GUARD_USE:
+				if (switched)
+					wrong_node(queue, o);
 				return true;
+			case PGJQ_GUARD_ALTER:
+				if (switched)
+					wrong_node(queue, o);
+				break;
 			case PGJQ_GUARD_CLAIM:
-				if (o->fence == 'f')
+				if (!switched && o->fence == 'f')
 					return true;
 				break;
 			case PGJQ_GUARD_CYCLE:
-				return o->fence == 'f';
+				if (!switched)
+					return o->fence == 'f';
+				break;
 			case PGJQ_GUARD_CREATE:
 			case PGJQ_GUARD_ADD:
-			case PGJQ_GUARD_ALTER:
 			case PGJQ_GUARD_UNSCHEDULE:
 				break;
 		}
 		moving(queue, o);
 	}
+	if (o->group != pgjq_citus_local_group())
+		wrong_node(queue, o);
 
 	/*
 	 * Served here but not here: never created, or Citus moved the shard here

@@ -471,7 +471,8 @@ pgjq_storage_retry_dead(int32 queue_id, ArrayType *ids, TimestampTz now)
  * (completed).  Read with the latest snapshot, in its own SPI session.  For
  * the Citus id guard, and only on its refusing path: a job that a move
  * carried here keeps the id that another node issued (the history tables
- * have no index by id: this is not for a hot path).
+ * have no index by id: this is not for a hot path).  The ring's bodies are
+ * its four slot tables, as sql/pgjq.sql makes them (RING_NSLOTS).
  */
 bool
 pgjq_storage_job_here(int64 id)
