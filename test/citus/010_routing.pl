@@ -193,11 +193,12 @@ $c->safe_psql(0, "SELECT citus_set_node_property('127.0.0.1', $p2, 'shouldhavesh
 # A long-lived session on worker 1 (a pooled connection): the guard caches
 # where qa is served; Citus's placement change must reach that cache.
 my $pooled = $c->node(1)->background_psql('postgres', on_error_stop => 0);
-# What the claims below get does not matter, only that they ran (served) or
-# were refused: 'served' is returned when the call ran without an error
-# (review 0.4.0, T4: it read like the tautology count(*) >= 0).
-my $not_delegated = q{SELECT 'served' FROM (SELECT count(*) FROM pgjq.claim('qa', (random() * 0 + 1)::integer)) c;};
-is($pooled->query($not_delegated), 'served', 'a long-lived session on worker 1 serves qa');
+# What the claims below get does not matter, only that they ran (a count of
+# jobs came back) or were refused (review 0.4.0, T4: this read like the
+# tautology count(*) >= 0).  The claim stays the whole FROM clause: Citus
+# delegates SELECT ... FROM f(...), not f in a subquery.
+my $not_delegated = q{SELECT count(*) FROM pgjq.claim('qa', (random() * 0 + 1)::integer);};
+like($pooled->query($not_delegated), qr/^\d+$/, 'a long-lived session on worker 1 serves qa');
 $c->safe_psql(0,
 	"SELECT citus_move_shard_placement($qa_shard, '127.0.0.1', $p1, '127.0.0.1', $p2, shard_transfer_mode := 'block_writes')");
 $pooled->query($not_delegated);
@@ -211,9 +212,8 @@ my $lost = $c->fails_with(0, q{SELECT count(*) FROM pgjq.claim('qa')}, '42704', 
 like($lost, qr/Citus moved the shard here without pgjq\.move_queues\(\)/, 'saying why it may be so');
 $c->safe_psql(0,
 	"SELECT citus_move_shard_placement($qa_shard, '127.0.0.1', $p2, '127.0.0.1', $p1, shard_transfer_mode := 'block_writes')");
-is($c->safe_psql(0, q{SELECT 'served' FROM (SELECT count(*) FROM pgjq.claim('qa')) c}), 'served',
-	'moved back: served again');
-is($pooled->query($not_delegated), 'served', 'and the long-lived session serves it again');
+like($c->safe_psql(0, q{SELECT count(*) FROM pgjq.claim('qa')}), qr/^\d+$/, 'moved back: served again');
+like($pooled->query($not_delegated), qr/^\d+$/, 'and the long-lived session serves it again');
 $pooled->quit;
 
 $c->stop;
