@@ -208,7 +208,9 @@ $$;
 /*
  * A move cut short after its switch, finished: the fenced node's state and
  * schedules to the node that holds the shard now (only what it has
- * nowhere), then its queues dropped (only if empty) and its fence.
+ * nowhere: step 4 may not have run if the shard was moved outside
+ * move_queues; a key hold released there since step 4 comes back until its
+ * end), then its queues dropped (only if empty) and its fence.
  */
 CREATE FUNCTION pgjq._citus_finish_on(shard bigint, from_host text, from_port integer, to_host text, to_port integer)
 RETURNS void
@@ -701,8 +703,14 @@ BEGIN
 		RETURN;
 	END IF;
 
-	/* 6. the schedules to the target; the source's empty queues and its fence */
-	PERFORM pgjq._citus_finish_on(shard, src.host, src.port, tgt.host, tgt.port);
+	/*
+	 * 6. the schedules to the target; the source's empty queues and its
+	 * fence (the rest was carried at step 4: a hold released on the target
+	 * since must not come back)
+	 */
+	PERFORM pgjq._citus_on(tgt.host, tgt.port, format('SELECT pgjq._citus_adopt_schedules(%L)',
+		pgjq._citus_on(src.host, src.port, format('SELECT pgjq._citus_shard_schedules(%s)', shard))));
+	PERFORM pgjq._citus_on(src.host, src.port, format('SELECT pgjq._citus_release_queues(%s)', shard));
 	PERFORM pgjq._citus_on(tgt.host, tgt.port, format('SELECT pgjq._citus_unfence(%s)', shard));
 	PERFORM pg_advisory_unlock(1886022006, lock_key);
 	RAISE NOTICE 'routing shard % moved from %:% to %:% with % queues', shard, src.host, src.port,
