@@ -8,8 +8,9 @@
 # ledger colocated with the queue (as in 020_load_moves.pl).  First one
 # whole move, timed (the window in which producers get PJ002).  Then the
 # move is stopped after each of its steps in turn (pgjq.debug_move_stop_after),
-# one node is killed -9 and started again (the coordinator, the source, the
-# target, in turn), and the move is called again to finish.  After each:
+# one node is killed -9 and started again (after each step the coordinator,
+# the source and the target, each in a round of its own: 15 rounds), and the
+# move is called again to finish.  After each:
 # the ledger (every acknowledged job completed exactly once, nothing
 # lost), no fence left on any node, nothing left prepared on any node,
 # verify() clean on every node.
@@ -131,12 +132,12 @@ sub check_all
 	my ($what) = @_;
 	for (1 .. 100)
 	{
-		last if $c->safe_psql(0, q{SELECT count(*) FROM produced p WHERE queue = 'c' AND NOT EXISTS
-			(SELECT 1 FROM done d WHERE d.queue = 'c' AND d.ids = ARRAY[p.id] AND d.n = 1)}) == 0;
+		last if $c->safe_psql(0, q{SELECT count(*) FROM produced p WHERE queue = 'c' AND p.id NOT IN
+			(SELECT d.ids[1] FROM done d WHERE d.queue = 'c' AND cardinality(d.ids) = 1 AND d.n = 1)}) == 0;
 		system("pgbench -n -h $host -p $port{0} -d postgres -c 2 -j 2 -T 1 -f $work >>$tmp/drain.log 2>&1");
 	}
-	is( $c->safe_psql(0, q{SELECT count(*) FROM produced p WHERE queue = 'c' AND NOT EXISTS
-		(SELECT 1 FROM done d WHERE d.queue = 'c' AND d.ids = ARRAY[p.id] AND d.n = 1)}),
+	is( $c->safe_psql(0, q{SELECT count(*) FROM produced p WHERE queue = 'c' AND p.id NOT IN
+		(SELECT d.ids[1] FROM done d WHERE d.queue = 'c' AND cardinality(d.ids) = 1 AND d.n = 1)}),
 		0, "$what: nothing lost (every acknowledged job completed)");
 	is( $c->safe_psql(0, q{SELECT count(*) FROM (SELECT u.id FROM done d, unnest(d.ids) u(id)
 		WHERE d.queue = 'c' AND d.n = cardinality(d.ids) GROUP BY u.id HAVING count(*) > 1) x}),
@@ -181,26 +182,29 @@ check_all('a whole move');
 
 # ------------------------- stopped after each step, a kill, called again
 
-my @killed = (0, 'source', 'target', 0, 'source');
-for my $step (1 .. 5)
+# every step boundary, with each of the three nodes killed there in turn
+my @rounds = map { my $s = $_; map { [ $s, $_ ] } (0, 'source', 'target') } 1 .. 5;
+my $nround = 0;
+for my $round (@rounds)
 {
-	start_load($step);
-	ok(wait_for_more('done', 20), "step $step: the load runs");
+	my ($step, $victim) = @$round;
+	my $who = $victim eq '0' ? 'coordinator' : $victim;
+	start_load(++$nround);
+	ok(wait_for_more('done', 20), "step $step, then the $who: the load runs");
 	$src = home();
 	$tgt = $src == 1 ? 2 : 1;
 	($rc, $out, $err) = $c->psql(0, "SET pgjq.debug_move_stop_after = $step;
 		CALL pgjq.move_queues($shard, '127.0.0.1', $port{$tgt}, drain_wait => '60 s')");
-	is($rc, 0, "step $step: the move stopped after it") or diag $err;
-	like($err, qr/stopped after step $step/, "step $step: it says so");
-	my $victim = $killed[ $step - 1 ];
+	is($rc, 0, "step $step, then the $who: the move stopped after it") or diag $err;
+	like($err, qr/stopped after step $step/, "step $step, then the $who: it says so");
 	my $n = $victim eq 'source' ? $src : $victim eq 'target' ? $tgt : 0;
 	kill9($n);
 	($rc, $out, $err) = $c->psql(0, "CALL pgjq.move_queues($shard, '127.0.0.1', $port{$tgt}, drain_wait => '60 s')");
-	is($rc, 0, "step $step, node $n killed: the move called again finishes") or diag $err;
-	is(home(), $tgt, "step $step: the queue is on the target");
-	ok(wait_for_more('done', 10), "step $step: the load goes on after the move");
+	is($rc, 0, "step $step, the $who (node $n) killed: the move called again finishes") or diag $err;
+	is(home(), $tgt, "step $step, then the $who: the queue is on the target");
+	ok(wait_for_more('done', 10), "step $step, then the $who: the load goes on after the move");
 	stop_load();
-	check_all("step $step, node $n killed");
+	check_all("step $step, the $who (node $n) killed");
 }
 
 # the producers' errors: "moving", a transaction refused whole, a node down
