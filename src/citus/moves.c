@@ -117,6 +117,26 @@ require_citus_mode(void)
 				 errhint("Run SELECT pgjq.citus_setup() on the coordinator first.")));
 }
 
+/*
+ * Each of the shard's queue-name locks, exclusively, in name order (one
+ * order for every caller); returns how many queues.  Connected to SPI.
+ */
+static int
+lock_shard_queues(int64 shard)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(shard)};
+	int			n;
+
+	if (SPI_execute_with_args(queues_of_shard_sql, 1, types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "pgjq: could not list the queues of shard %lld", (long long) shard);
+	n = (int) SPI_processed;
+	for (int i = 0; i < n; i++)
+		pgjq_storage_queue_lock(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
+								AccessExclusiveLock);
+	return n;
+}
+
 /* pgjq._citus_fence(shard, target_group, state): steps 1 and 3 (returns the queues) */
 Datum
 pgjq_citus_fence(PG_FUNCTION_ARGS)
@@ -141,12 +161,7 @@ pgjq_citus_fence(PG_FUNCTION_ARGS)
 						  3, types, values, NULL, false, 0);
 	/* every backend rereads the fences at its next guarded call */
 	CacheInvalidateRelcacheByRelid(pgjq_citus_route_rel());
-	if (SPI_execute_with_args(queues_of_shard_sql, 1, types, values, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "pgjq: could not list the queues of shard %lld", (long long) shard);
-	n = (int) SPI_processed;
-	for (int i = 0; i < n; i++)
-		pgjq_storage_queue_lock(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
-								AccessExclusiveLock);
+	n = lock_shard_queues(shard);
 	SPI_finish();
 	PG_RETURN_INT32(n);
 }
@@ -185,19 +200,12 @@ Datum
 pgjq_citus_lock_shard(PG_FUNCTION_ARGS)
 {
 	int64		shard = PG_GETARG_INT64(0);
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(shard)};
 	int			n;
 
 	require_citus_mode();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pgjq: SPI_connect failed");
-	if (SPI_execute_with_args(queues_of_shard_sql, 1, types, values, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "pgjq: could not list the queues of shard %lld", (long long) shard);
-	n = (int) SPI_processed;
-	for (int i = 0; i < n; i++)
-		pgjq_storage_queue_lock(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
-								AccessExclusiveLock);
+	n = lock_shard_queues(shard);
 	SPI_finish();
 	pgjq_storage_promotions_wait();
 	PG_RETURN_INT32(n);
