@@ -50,10 +50,12 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql pgjq.control
 
 .PHONY: test demo bench indent indent-check
 
-# Everything: build with -Werror, regress, isolation, TAP and pgTAP, each on
-# its own throwaway cluster.  As root it first installs missing packages.
+# Everything: build with -Werror, regress, isolation, TAP, pgTAP and Citus,
+# each on its own throwaway cluster, on PostgreSQL 15 and 18 (PG=15 or PG=18
+# for one), then the Debian package and the PGXN archive.  As root it first
+# installs missing packages.
 test:
-	test/run
+	PGJQ_TEST_PG="$(PG)" test/run
 
 demo:
 	bench/demo

@@ -60,6 +60,19 @@
 #endif
 
 /*
+ * PostgreSQL 17: an index access method may keep state from one
+ * index_insert() to the next (BRIN keeps its revmap's buffers pinned) until
+ * index_insert_cleanup(), which the executor calls when it closes an
+ * index; pgjq's own inserts call it after their last insert.  15 keeps no
+ * such state.
+ */
+#if PG_VERSION_NUM >= 170000
+#define pgjq_index_insert_cleanup(index, info)	index_insert_cleanup((index), (info))
+#else
+#define pgjq_index_insert_cleanup(index, info)	((void) 0)
+#endif
+
+/*
  * PostgreSQL 18: the IsBackgroundWorker flag gave way to the process's
  * backend type (AmBackgroundWorkerProcess()).
  */
