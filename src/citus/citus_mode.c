@@ -10,8 +10,8 @@
  * loaded citus.so (by the name shared_preload_libraries gives it, so the
  * very file Citus was loaded from), only where Citus is in that list.  The
  * mode is refused with a Citus of another major version than the one pgjq
- * is built and tested for (the symbol's contract, and the metadata read,
- * are Citus 13's).
+ * is built and tested for with this PostgreSQL (the symbol's contract, and
+ * the metadata read, are that Citus's: PGJQ_CITUS_MAJOR in pg_compat.h).
  *
  * A node in Citus mode issues ids and tokens in its group's range (set by
  * citus_setup() through _citus_node_setup()): an id names the node that

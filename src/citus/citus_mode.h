@@ -25,8 +25,10 @@
 /* ids and tokens of node group g are (g + 1) << 48 | n (n < 2^48) */
 #define PGJQ_CITUS_ID_SHIFT 48
 
-/* the Citus major version pgjq's Citus mode is built and tested for */
-#define PGJQ_CITUS_MAJOR 13
+/*
+ * the Citus major version pgjq's Citus mode is built and tested for:
+ * PGJQ_CITUS_MAJOR, by PostgreSQL version (common/pg_compat.h)
+ */
 
 extern bool pgjq_citus_preloaded(void);
 extern bool pgjq_citus_mode(void);

@@ -95,6 +95,17 @@
 #endif
 
 /*
+ * The Citus major version pgjq's Citus mode is tested with on each
+ * PostgreSQL: Citus 13 on 15 (Citus 13 supports 15-17), Citus 14 on 18
+ * (Citus 14 supports 16-18).  Another major is refused (citus_mode.c).
+ */
+#if PG_VERSION_NUM >= 180000
+#define PGJQ_CITUS_MAJOR	14
+#else
+#define PGJQ_CITUS_MAJOR	13
+#endif
+
+/*
  * PostgreSQL 17: extensions may name their wait events
  * (WaitEventExtensionNew), so pg_stat_activity shows "PgjqClaim" where 15
  * shows the one event "Extension".  common/wait_events.c uses it.

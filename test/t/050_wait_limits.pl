@@ -66,7 +66,7 @@ SELECT pgjq.create_queue('b');
 my $marker_no = 0;
 
 # Start $sql in a new background session; return once the backend sleeps in
-# a waiting claim or await() (wait_event "Extension").  The statement's
+# a waiting claim or await() (wait_event "Extension" on PostgreSQL 15, "PgjqClaim" or "PgjqWaitJobs" on 18).  The statement's
 # output is collected by finish().
 sub start_waiting
 {
@@ -80,7 +80,7 @@ sub start_waiting
 	my $w = { s => $s, pid => $pid, marker => $marker };
 	ok( $node->poll_query_until(
 			'postgres',
-			"SELECT wait_event_type = 'Extension' AND wait_event = 'Extension'
+			"SELECT wait_event_type = 'Extension' AND wait_event IN ('Extension', 'PgjqClaim', 'PgjqWaitJobs')
 			   FROM pg_stat_activity WHERE pid = $pid"),
 		"$opt{name}: the backend sleeps");
 	return $w;
@@ -93,7 +93,7 @@ sub still_waiting
 	$w->{s}{run}->pump_nb();
 	return 0 if $w->{s}{stdout} =~ /$w->{marker}/;
 	return $node->safe_psql('postgres',
-		"SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $w->{pid}"
+		"SELECT wait_event IN ('Extension', 'PgjqClaim', 'PgjqWaitJobs') FROM pg_stat_activity WHERE pid = $w->{pid}"
 	) eq 't';
 }
 
@@ -258,7 +258,7 @@ sub settle { usleep(1_500_000); }
 		'... which ends its claim with an error');
 	cmp_ok($at - $t0, '<', $woken_within, '... at once');
 	is($node->safe_psql('postgres',
-			"SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'Extension'"
+			"SELECT count(*) FROM pg_stat_activity WHERE wait_event IN ('Extension', 'PgjqClaim', 'PgjqWaitJobs')"
 			  . " AND backend_type = 'client backend'"),
 		'0', 'no backend is left waiting');
 }
@@ -274,13 +274,13 @@ sub settle { usleep(1_500_000); }
 	$node->safe_psql('postgres', "SELECT pgjq.enqueue('q', '{\"q\": \"q\", \"n\": 8}')");
 	# the first to return must be the woken one, long before the others
 	$node->poll_query_until('postgres',
-		"SELECT count(*) = 2 FROM pg_stat_activity WHERE wait_event = 'Extension'"
+		"SELECT count(*) = 2 FROM pg_stat_activity WHERE wait_event IN ('Extension', 'PgjqClaim', 'PgjqWaitJobs')"
 		  . " AND pid IN ($w[0]{pid}, $w[1]{pid}, $w[2]{pid})");
 	my $first = time() - $t0;
 	cmp_ok($first, '<', $wait - 5, 'one waiter returns soon after the job commits');
 	settle();
 	is( $node->safe_psql('postgres',
-			"SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'Extension'"
+			"SELECT count(*) FROM pg_stat_activity WHERE wait_event IN ('Extension', 'PgjqClaim', 'PgjqWaitJobs')"
 			  . " AND pid IN ($w[0]{pid}, $w[1]{pid}, $w[2]{pid})"),
 		'2',
 		'the other two keep waiting');

@@ -64,7 +64,7 @@ sub trial
 	  . "\\echo '$marker'\n";
 	$b->{run}->pump_nb();
 	$node->poll_query_until('postgres',
-		"SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $bpid")
+		"SELECT wait_event IN ('Extension', 'PgjqClaim', 'PgjqWaitJobs') FROM pg_stat_activity WHERE pid = $bpid")
 	  or die 'B does not sleep';
 
 	my $t0 = $a->query_safe('SELECT extract(epoch FROM clock_timestamp())');

@@ -86,7 +86,7 @@ sub run_counting
 # ================================================ M4: await and key limits
 
 # A waiting statement in a background session: start it, return once the
-# backend sleeps (wait_event "Extension").
+# backend sleeps (wait_event "Extension" on PostgreSQL 15, "PgjqClaim" or "PgjqWaitJobs" on 18).
 sub start_waiting
 {
 	my ($sql) = @_;
@@ -96,7 +96,7 @@ sub start_waiting
 	$s->{run}->pump_nb();
 	ok( $node->poll_query_until(
 			'postgres',
-			"SELECT wait_event_type = 'Extension' AND wait_event = 'Extension'
+			"SELECT wait_event_type = 'Extension' AND wait_event IN ('Extension', 'PgjqClaim', 'PgjqWaitJobs')
 			   FROM pg_stat_activity WHERE pid = $pid"),
 		'the backend sleeps');
 	return { s => $s, pid => $pid };
@@ -108,7 +108,7 @@ sub still_waiting
 	$w->{s}{run}->pump_nb();
 	return 0 if $w->{s}{stdout} =~ /end of waiter/;
 	return $node->safe_psql('postgres',
-		"SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $w->{pid}"
+		"SELECT wait_event IN ('Extension', 'PgjqClaim', 'PgjqWaitJobs') FROM pg_stat_activity WHERE pid = $w->{pid}"
 	) eq 't';
 }
 
