@@ -121,7 +121,10 @@ is($bout, '3', 'the schema refuses a broken META.json (3 errors)');
 
 # A relocated PostgreSQL 15, as /opt/pg-h1 is made.
 my $pgroot = "$tmp/pg";
-make_path("$pgroot/usr/lib/postgresql", "$pgroot/usr/share/postgresql", "$pgroot/usr/include");
+# (pgxn checks that pg_config --libdir, usr/lib/x86_64-linux-gnu, is writable:
+# an empty one is made for it)
+make_path("$pgroot/usr/lib/postgresql", "$pgroot/usr/share/postgresql", "$pgroot/usr/include",
+	"$pgroot/usr/lib/x86_64-linux-gnu");
 run_ok('PostgreSQL 15 copied', 'sh', '-c',
 	"cp -a /usr/lib/postgresql/$PG $pgroot/usr/lib/postgresql/ && "
 	  . "cp -a /usr/share/postgresql/$PG $pgroot/usr/share/postgresql/ && "
