@@ -30,7 +30,7 @@
 # (a `make install`) are saved first and put back at the end.  test/run
 # runs this group last for that reason.
 #
-# By hand, as root, from the top of a checkout (about 2 minutes cold, 1 with
+# By hand, as root, from the top of a checkout (about 70 s cold, 50 s with
 # the 0.4.0 package cached):
 #
 #     prove -v test/package/010_deb.pl

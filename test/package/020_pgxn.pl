@@ -19,7 +19,7 @@
 #      root), CREATE EXTENSION pgjq, and enqueues, claims and completes.
 #
 # By hand (root installs pgxnclient and python3-jsonschema if missing;
-# another user needs them installed), from the top of a checkout (about 40 s):
+# another user needs them installed), from the top of a checkout (about 30 s):
 #
 #     prove -v test/package/020_pgxn.pl
 #
