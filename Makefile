@@ -48,7 +48,7 @@ $(OBJS): $(wildcard src/*.h src/*/*.h)
 sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql pgjq.control
 	cp $< $@
 
-.PHONY: test demo bench indent indent-check
+.PHONY: test demo bench indent indent-check dist
 
 # Everything: build with -Werror, regress, isolation, TAP, pgTAP and Citus,
 # each on its own throwaway cluster, on PostgreSQL 15 and 18 (PG=15 or PG=18
@@ -68,3 +68,13 @@ indent:
 
 indent-check:
 	@test/indent-check
+
+# The PGXN archive, pgjq-X.Y.Z.zip with everything under pgjq-X.Y.Z/, made
+# by git from the committed tree (HEAD): uncommitted changes are not in it.
+# META.json's version must be pgjq.control's (test/package/020_pgxn.pl
+# checks the archive against PGXN's Meta Spec and installs it with pgxn).
+DISTNAME = $(EXTENSION)-$(EXTVERSION)
+dist:
+	@grep -q '"version": *"$(EXTVERSION)"' META.json || \
+		{ echo "META.json's version is not $(EXTVERSION) (pgjq.control)" >&2; exit 1; }
+	git archive --format zip --prefix=$(DISTNAME)/ -o $(DISTNAME).zip HEAD
