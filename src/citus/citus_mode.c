@@ -8,7 +8,9 @@
  * reads with SQL (pg_dist_local_group, pg_dist_node), and the one C symbol
  * it calls, Use2PCForCoordinatedTransaction, is looked up in the already
  * loaded citus.so (by the name shared_preload_libraries gives it, so the
- * very file Citus was loaded from), only where Citus is in that list.  The
+ * very file Citus was loaded from), only where Citus is in that list and
+ * exports it (Citus 13 on PostgreSQL 15; Citus 14 exports no C function, and
+ * pgjq asks for two-phase commit through SQL: pgjq_citus_note_write).  The
  * mode is refused with a Citus of another major version than the one pgjq
  * is built and tested for with this PostgreSQL (the symbol's contract, and
  * the metadata read, are that Citus's: PGJQ_CITUS_MAJOR in pg_compat.h).
@@ -23,7 +25,10 @@
  */
 #include "citus/citus_mode.h"
 
+#include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -32,6 +37,8 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/varlena.h"
 
 /* per backend; known = false makes the next call look again */
@@ -50,6 +57,14 @@ static char citus_library[MAXPGPATH];
 
 typedef void (*Use2PCFunc) (void);
 static Use2PCFunc use_2pc = NULL;
+static bool use_2pc_looked_up = false;
+
+/* no Use2PCForCoordinatedTransaction: ask at pre-commit (ask_2pc_by_sql) */
+static bool write_noted = false;
+static bool precommit_registered = false;
+
+static void ask_2pc_at_pre_commit(XactEvent event, void *arg);
+static void ask_2pc_by_sql(void);
 
 /* bumped whenever the above is dropped: ownership.c's caches follow it */
 static uint64 generation = 1;
@@ -277,15 +292,113 @@ pgjq_citus_node_of_group(int32 group, char **host, int32 *port)
  * pgjq call that touches storage (the engine's storage_begin hook), only
  * where Citus is loaded; Citus resets the flag at the end of each
  * transaction, and it costs nothing where no remote node was written.
+ *
+ * Citus 13 built for PostgreSQL 15 exports Use2PCForCoordinatedTransaction,
+ * which pgjq calls.  Built for PostgreSQL 16 and later, extensions hide every
+ * symbol they do not mark for export (PGXS's -fvisibility=hidden), and
+ * Citus 14 marks none of its C functions: there pgjq asks through SQL, at
+ * pre-commit (ask_2pc_by_sql).
  */
 void
 pgjq_citus_note_write(void)
 {
 	if (!pgjq_citus_preloaded())
 		return;
-	if (use_2pc == NULL)
+	if (!use_2pc_looked_up)
+	{
 		use_2pc = (Use2PCFunc) load_external_function(citus_library,
 													  "Use2PCForCoordinatedTransaction",
-													  true, NULL);
-	use_2pc();
+													  false, NULL);
+		use_2pc_looked_up = true;
+	}
+	if (use_2pc != NULL)
+	{
+		use_2pc();
+		return;
+	}
+	if (!precommit_registered)
+	{
+		/*
+		 * registered after Citus's own callback, so called before it: Citus
+		 * reads the flag in its pre-commit
+		 */
+		RegisterXactCallback(ask_2pc_at_pre_commit, NULL);
+		precommit_registered = true;
+	}
+	write_noted = true;
+}
+
+/*
+ * Citus sets its two-phase flag whenever it executes a modification on a
+ * local shard (its local executor).  pgjq.queue_route has no rows and a
+ * shard on every node that serves queues: a DELETE of the name of a queue
+ * this node serves goes to the local shard, deletes nothing (no WAL, no
+ * dead tuple) and sets the flag.  Done only where Citus coordinates this
+ * transaction with other nodes (its distributed transaction number is set),
+ * as the table's owner (the caller may not write it), names qualified.  A
+ * node that holds no queue has nothing of pgjq's to lose.
+ */
+static void
+ask_2pc_by_sql(void)
+{
+	Oid			nsp = get_namespace_oid("pgjq", true);
+	Oid			rel = OidIsValid(nsp) ? get_relname_relid("queue_route", nsp) : InvalidOid;
+	Oid			save_user;
+	int			save_sec;
+	HeapTuple	tup;
+	Oid			owner;
+
+	if (!OidIsValid(rel))
+		return;
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(rel));
+	if (!HeapTupleIsValid(tup))
+		return;
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	/* at pre-commit no statement's snapshot is active */
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgjq: SPI_connect failed");
+	if (SPI_execute("SELECT transaction_number OPERATOR(pg_catalog.<>) 0"
+					"  FROM pg_catalog.get_current_transaction_id()", true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+	{
+		bool		isnull;
+		bool		coordinated = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+															 SPI_tuptable->tupdesc, 1, &isnull));
+
+		if (coordinated && !isnull &&
+			SPI_execute("SELECT name FROM pgjq.queue LIMIT 1", true, 1) == SPI_OK_SELECT &&
+			SPI_processed == 1)
+		{
+			Oid			types[1] = {TEXTOID};
+			Datum		values[1];
+
+			values[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+			if (!isnull &&
+				SPI_execute_with_args("DELETE FROM pgjq.queue_route"
+									  " WHERE queue OPERATOR(pg_catalog.=) $1",
+									  1, types, values, NULL, false, 0) != SPI_OK_DELETE)
+				elog(ERROR, "pgjq: could not ask Citus for two-phase commit");
+		}
+	}
+	SPI_finish();
+	PopActiveSnapshot();
+	SetUserIdAndSecContext(save_user, save_sec);
+}
+
+static void
+ask_2pc_at_pre_commit(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_PRE_COMMIT && write_noted)
+	{
+		write_noted = false;
+		ask_2pc_by_sql();
+	}
+	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_COMMIT ||
+			 event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_ABORT)
+		write_noted = false;
 }

@@ -34,6 +34,7 @@
 #include "nodes/execnodes.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "utils/inval.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -156,6 +157,14 @@ look_again(int64 id, ReturnSetInfo *rsinfo)
 	static PgjqPlan plan_job = {"SELECT * FROM pgjq.job($1)", 1, {INT8OID}};
 	Datum		v[1] = {Int64GetDatum(id)};
 
+	/*
+	 * The outcome may have created the hour's partition of pgjq.job_done.
+	 * This statement holds job_done's lock already, so nothing below takes a
+	 * lock that would read the catalog changes other backends sent: read them
+	 * now, or the second look plans (or, on PostgreSQL 18, reuses the SQL
+	 * function's cached plan) without that partition and misses the row.
+	 */
+	AcceptInvalidationMessages();
 	second_look = true;
 	PG_TRY();
 	{

@@ -157,6 +157,7 @@ verify_accounting(PgjqVerifyRow **rows, int *n, int *max)
 	int64		bad_count = 0,
 				bad_prio = 0,
 				bad_nlanes = 0;
+	char	   *first_bad_prio = NULL;
 	HTAB	   *per_prio;
 	HASHCTL		ctl;
 
@@ -185,7 +186,12 @@ verify_accounting(PgjqVerifyRow **rows, int *n, int *max)
 			bad_prio++;
 		else
 		{
-			e = hash_search(per_prio, &l->prio, HASH_ENTER, NULL);
+			bool		found;
+
+			/* dynahash leaves a new entry's value as it found the memory */
+			e = hash_search(per_prio, &l->prio, HASH_ENTER, &found);
+			if (!found)
+				*(int64 *) (e + sizeof(RingPrio *)) = 0;
 			(*(int64 *) (e + sizeof(RingPrio *)))++;
 		}
 	}
@@ -196,7 +202,13 @@ verify_accounting(PgjqVerifyRow **rows, int *n, int *max)
 		int64		lanes = e ? *(int64 *) (e + sizeof(RingPrio *)) : 0;
 
 		if (lanes != pr->nlanes || lanes == 0)
+		{
+			if (bad_nlanes == 0)
+				first_bad_prio = psprintf("database %u, queue_id %d, priority %d: %d lanes point to it, it counts " INT64_FORMAT,
+										  pr->key.dbid, pr->key.queue_id, pr->key.priority,
+										  (int) lanes, (int64) pr->nlanes);
 			bad_nlanes++;
+		}
 	}
 	hash_seq_init(&hs, ring_flights);
 	while ((f = hash_seq_search(&hs)) != NULL)
@@ -225,7 +237,7 @@ verify_accounting(PgjqVerifyRow **rows, int *n, int *max)
 				   psprintf(INT64_FORMAT " lanes without it", bad_prio));
 	if (bad_nlanes > 0)
 		verify_add(rows, n, max, "ring priorities: lanes", "as many as point to it, at least one",
-				   psprintf(INT64_FORMAT " records differ", bad_nlanes));
+				   psprintf(INT64_FORMAT " records differ (the first: %s)", bad_nlanes, first_bad_prio));
 }
 
 static int
