@@ -333,9 +333,11 @@ pgjq_citus_note_write(void)
  * local shard (its local executor).  pgjq.queue_route has no rows and a
  * shard on every node that serves queues: a DELETE of the name of a queue
  * this node serves goes to the local shard, deletes nothing (no WAL, no
- * dead tuple) and sets the flag.  Done only where Citus coordinates this
- * transaction with other nodes (its distributed transaction number is set),
- * as the table's owner (the caller may not write it), names qualified.  A
+ * dead tuple) and sets the flag.  Done only where this node coordinates
+ * the transaction with other nodes (a distributed transaction number that
+ * this node's group issued: not in a call another node delegated here,
+ * where Citus refuses a distributed query inside a shard's), as the table's
+ * owner (the caller may not write it), names qualified.  A
  * node that holds no queue has nothing of pgjq's to lose.
  */
 static void
@@ -362,8 +364,10 @@ ask_2pc_by_sql(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pgjq: SPI_connect failed");
-	if (SPI_execute("SELECT transaction_number OPERATOR(pg_catalog.<>) 0"
-					"  FROM pg_catalog.get_current_transaction_id()", true, 1) == SPI_OK_SELECT &&
+	if (SPI_execute("SELECT t.transaction_number OPERATOR(pg_catalog.<>) 0"
+					"   AND t.initiator_node_identifier OPERATOR(pg_catalog.=) g.groupid"
+					"  FROM pg_catalog.get_current_transaction_id() t, pg_catalog.pg_dist_local_group g",
+					true, 1) == SPI_OK_SELECT &&
 		SPI_processed == 1)
 	{
 		bool		isnull;
