@@ -27,6 +27,18 @@ TAP_TESTS := $(if $(PROVE_TESTS),1)
 EXTRA_CLEAN = sql/$(EXTENSION)--$(EXTVERSION).sql results regression.diffs regression.out output_iso tmp_check tmp_check_iso log
 
 PG_CONFIG ?= pg_config
+
+# The major versions built and tested (README's Install); any other stops
+# here, before a compiler error could say it less plainly.
+PGJQ_SUPPORTED_MAJORS = 15 18
+PG_MAJOR := $(shell $(PG_CONFIG) --version 2>/dev/null | sed -n 's/^PostgreSQL \([0-9][0-9]*\).*/\1/p')
+ifeq ($(PG_MAJOR),)
+$(error pgjq: $(PG_CONFIG) not found or not a PostgreSQL pg_config (set PG_CONFIG=/path/to/pg_config))
+endif
+ifeq ($(filter $(PG_MAJOR),$(PGJQ_SUPPORTED_MAJORS)),)
+$(error pgjq supports PostgreSQL 15 and 18; $(PG_CONFIG) is PostgreSQL $(PG_MAJOR))
+endif
+
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 

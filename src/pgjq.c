@@ -59,9 +59,7 @@ PG_MODULE_MAGIC;
 void		_PG_init(void);
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static PgjqLeftRunningHook prev_left_running_hook = NULL;
 static PgjqStorageBeginHook prev_storage_begin_hook = NULL;
 static PgjqLeftRunningHook prev_left_running_metrics_hook = NULL;
@@ -74,10 +72,8 @@ static PgjqBecameReadyHook prev_became_ready_ring_hook = NULL;
 static void
 request_shmem(void)
 {
-#if PG_VERSION_NUM >= 150000
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(add_size(add_size(add_size(pgjq_worker_slots_shmem_size(),
 													  pgjq_metrics_shmem_size()),
 											 add_size(pgjq_limits_shmem_size(),
@@ -197,12 +193,8 @@ ring_became_ready(int32 queue_id, int n)
 static void
 preload_init(void)
 {
-#if PG_VERSION_NUM >= 150000
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = request_shmem;
-#else
-	request_shmem();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = startup_shmem;
 	prev_left_running_hook = pgjq_left_running_hook;

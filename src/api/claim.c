@@ -748,9 +748,6 @@ pgjq_await(PG_FUNCTION_ARGS)
 			if (!atomic)
 			{
 				SPI_commit();
-#if PG_VERSION_NUM < 140000
-				SPI_start_transaction();
-#endif
 			}
 			InvalidateCatalogSnapshot();
 			pgjq_wait_sleep(Min(token_in_us > 0 ? Min(deadline, now + token_in_us) : deadline,

@@ -205,8 +205,8 @@ owner_of(const char *queue)
 	return o;
 }
 
-static void wrong_node(const char *queue, const QueueOwner *o) pg_attribute_noreturn();
-static void moving(const char *queue, const QueueOwner *o) pg_attribute_noreturn();
+pg_noreturn static void wrong_node(const char *queue, const QueueOwner *o);
+pg_noreturn static void moving(const char *queue, const QueueOwner *o);
 
 static void
 wrong_node(const char *queue, const QueueOwner *o)
@@ -249,7 +249,7 @@ pgjq_citus_guard_queue(const char *queue, PgjqGuardCall call)
 {
 	QueueOwner *o;
 
-	if (IsBackgroundWorker || !pgjq_citus_guard_on || !pgjq_citus_mode())
+	if (PGJQ_IN_BGWORKER || !pgjq_citus_guard_on || !pgjq_citus_mode())
 		return true;
 	pgjq_citus_require_id_range();
 	if (call == PGJQ_GUARD_ALTER || call == PGJQ_GUARD_UNSCHEDULE)
@@ -339,7 +339,7 @@ pgjq_citus_guard_ids(const int64 *ids, int n)
 {
 	int32		local;
 
-	if (IsBackgroundWorker || !pgjq_citus_guard_on || !pgjq_citus_mode())
+	if (PGJQ_IN_BGWORKER || !pgjq_citus_guard_on || !pgjq_citus_mode())
 		return;
 	pgjq_citus_require_id_range();
 	local = pgjq_citus_local_group();

@@ -17,10 +17,10 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "miscadmin.h"
-#if PG_VERSION_NUM >= 150000
+#include "common/int.h"
+#include "common/pg_compat.h"
 #include "common/pg_prng.h"
 #include "common/guc.h"
-#endif
 
 /*
  * Raise null_value_not_allowed when a required argument is NULL.
@@ -84,12 +84,10 @@ pgjq_interval_usec(const Interval *iv)
 	int64		result;
 	int64		days;
 
-#if PG_VERSION_NUM >= 170000
-	if (INTERVAL_IS_NOBEGIN(iv))
+	if (PGJQ_INTERVAL_IS_NOBEGIN(iv))
 		return PG_INT64_MIN;
-	if (INTERVAL_IS_NOEND(iv))
+	if (PGJQ_INTERVAL_IS_NOEND(iv))
 		return PG_INT64_MAX;
-#endif
 	days = (int64) iv->month * DAYS_PER_MONTH + iv->day;	/* cannot overflow */
 	if (pg_mul_s64_overflow(days, USECS_PER_DAY, &result))
 		return days > 0 ? PG_INT64_MAX : PG_INT64_MIN;
@@ -286,10 +284,6 @@ pgjq_backoff_us(int64 base_us, int64 max_us, int32 attempt)
 	}
 	if (delay > max_us)
 		delay = max_us;
-#if PG_VERSION_NUM >= 150000
 	r = pg_prng_double(&pg_global_prng_state);
-#else
-	r = (double) random() / ((double) MAX_RANDOM_VALUE + 1);
-#endif
 	return delay - (int64) (delay * 0.25 * r);
 }

@@ -48,8 +48,7 @@ static const CronField fields[5] = {
 	{"day of week", 0, 7, weekday_names},	/* 7 is Sunday too */
 };
 
-static void
-pg_attribute_noreturn()
+pg_noreturn static void
 bad_field(const char *expr, const CronField *f, const char *why)
 {
 	ereport(ERROR,

@@ -34,9 +34,7 @@
 #define PGJQ_MAX_WORKER			256
 #define PGJQ_MAX_ERROR			8192
 
-/* Version shims: keep one spelling in the code for PostgreSQL 13 to 18. */
-#if PG_VERSION_NUM < 150000
-#define MarkGUCPrefixReserved(prefix) EmitWarningsOnPlaceholders(prefix)
-#endif
+/* The differences between PostgreSQL 15 and 18 are in pg_compat.h. */
+#include "common/pg_compat.h"
 
 #endif							/* PGJQ_COMMON_H */

@@ -1025,7 +1025,7 @@ pgjq_deps_resolve_chunk(void)
 	 * flush fewer between a completion and its dependent's pickup. (Local to
 	 * the chunk's transaction, like SET LOCAL.)
 	 */
-	if (IsBackgroundWorker)
+	if (PGJQ_IN_BGWORKER)
 	{
 		(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);

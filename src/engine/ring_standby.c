@@ -157,7 +157,7 @@ ring_standby_scan(void)
 
 	if (!ring_tables_known())
 		return NULL;
-	if (sb_counts != NULL && sb_lxid == MyProc->lxid &&
+	if (sb_counts != NULL && sb_lxid == PGJQ_MY_LXID &&
 		sb_stmt == GetCurrentStatementStartTimestamp())
 		return sb_counts;
 	if (sb_cxt != NULL)
@@ -202,7 +202,7 @@ ring_standby_scan(void)
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(tmp);
-	sb_lxid = MyProc->lxid;
+	sb_lxid = PGJQ_MY_LXID;
 	sb_stmt = GetCurrentStatementStartTimestamp();
 	return sb_counts;
 }

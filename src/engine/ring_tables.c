@@ -507,7 +507,7 @@ ring_body_by_id(int64 id, BodyRow *out, int *slot, ItemPointerData *tid, bool la
 		idx = index_open(linitial_oid(idxoids), AccessShareLock);
 		ts = table_slot_create(rel, NULL);
 		ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(id));
-		scan = index_beginscan(rel, idx, snap, 1, 0);
+		scan = pgjq_index_beginscan(rel, idx, snap, 1, 0);
 		index_rescan(scan, &key, 1, NULL, 0);
 		while (index_getnext_slot(scan, ForwardScanDirection, ts))
 		{

@@ -202,11 +202,7 @@ queue_cache_get(void)
 		memset(&ctl, 0, sizeof(ctl));
 		ctl.keysize = PGJQ_MAX_QUEUE_NAME + 1;
 		ctl.entrysize = sizeof(CachedQueue);
-#if PG_VERSION_NUM >= 140000
 		queue_cache = hash_create("pgjq queues", 64, &ctl, HASH_ELEM | HASH_STRINGS);
-#else
-		queue_cache = hash_create("pgjq queues", 64, &ctl, HASH_ELEM);
-#endif
 	}
 	else if (queue_cache_stale || relid != queue_cache_relid)
 	{
@@ -347,7 +343,7 @@ queue_read(const char *name, PgjqQueue *queue)
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   idx->rd_indcollation[0], F_TEXTEQ, CStringGetTextDatum(name));
 	slot = table_slot_create(rel, NULL);
-	scan = index_beginscan(rel, idx, snap, 1, 0);
+	scan = pgjq_index_beginscan(rel, idx, snap, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	if (found)

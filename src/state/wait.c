@@ -45,6 +45,7 @@
 #include "state/wait.h"
 #include "common/crash_points.h"
 #include "common/guc.h"
+#include "common/wait_events.h"
 
 #include "access/twophase.h"
 #include "access/xact.h"
@@ -61,11 +62,6 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#if PG_VERSION_NUM >= 170000
-#define MY_PROCNO	MyProcNumber
-#else
-#define MY_PROCNO	(MyProc->pgprocno)
-#endif
 
 #define JOBMASK_WORDS	4		/* 256 bits: id hash -> bit */
 
@@ -126,6 +122,7 @@ static uint64 finished_mask[JOBMASK_WORDS];
 static bool finished_any = false;
 static bool jobs_registered = false;
 
+static void sleep_until(TimestampTz until, PgjqWaitEvent event);
 static void register_callbacks(void);
 static void wake_job_waiters(void);
 
@@ -136,12 +133,7 @@ static int
 slot_count(void)
 {
 	/* every PGPROC: backends, auxiliary processes, prepared transactions */
-#if PG_VERSION_NUM >= 150000
 	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
-#else
-	return MaxConnections + autovacuum_max_workers + 1 + max_worker_processes +
-		max_wal_senders + NUM_AUXILIARY_PROCS + max_prepared_xacts;
-#endif
 }
 
 Size
@@ -169,7 +161,7 @@ pgjq_wait_shmem_init(bool found_unused)
 static Waiter *
 my_waiter(void)
 {
-	int			procno = MY_PROCNO;
+	int			procno = PGJQ_MY_PROCNO;
 
 	if (procno < 0 || procno >= wshared->nslots)
 		elog(ERROR, "pgjq: process slot %d out of range", procno);
@@ -225,7 +217,7 @@ pgjq_wait_register(int nqueues, const int32 *queue_ids, bool await)
 void
 pgjq_wait_sleep(TimestampTz until)
 {
-	pgjq_wait_jobs_sleep(until);
+	sleep_until(until, PGJQ_WAIT_CLAIM);
 	pgjq_wait_rearm();
 }
 
@@ -698,11 +690,18 @@ pgjq_wait_jobs_unregister(void)
 void
 pgjq_wait_jobs_sleep(TimestampTz until)
 {
+	sleep_until(until, PGJQ_WAIT_JOBS);
+}
+
+/* the latch sleep of both, reported as `event` in pg_stat_activity */
+static void
+sleep_until(TimestampTz until, PgjqWaitEvent event)
+{
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (until > now)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 (long) ((until - now + 999) / 1000), PG_WAIT_EXTENSION);
+						 (long) ((until - now + 999) / 1000), pgjq_wait_event(event));
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
 }

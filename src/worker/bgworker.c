@@ -59,6 +59,7 @@
 #include "api/schedule.h"
 #include "common/crash_points.h"
 #include "common/guc.h"
+#include "common/wait_events.h"
 #include "engine/engine.h"
 #include "state/worker_slots.h"
 
@@ -71,7 +72,6 @@
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "storage/lmgr.h"
-#include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -344,7 +344,7 @@ pgjq_launcher_main(Datum main_arg)
 					entries[i].checked_at = 0;
 		sleep_ms = reconcile();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 sleep_ms, PG_WAIT_EXTENSION);
+						 sleep_ms, pgjq_wait_event(PGJQ_WAIT_LAUNCHER));
 		ResetLatch(MyLatch);
 	}
 }
@@ -776,7 +776,7 @@ pgjq_worker_main(Datum main_arg)
 		{
 			pgjq_shmem_worker_plan(GetCurrentTimestamp() + (int64) sleep_ms * 1000);
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 sleep_ms, PG_WAIT_EXTENSION);
+							 sleep_ms, pgjq_wait_event(PGJQ_WAIT_WORKER));
 		}
 	}
 	proc_exit(0);
