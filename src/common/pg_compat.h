@@ -60,6 +60,20 @@
 #endif
 
 /*
+ * PostgreSQL 17: index_insert() may keep state between calls in the
+ * IndexInfo (BRIN keeps its revmap's buffers pinned there), which
+ * index_insert_cleanup() releases; code that inserts index entries itself
+ * calls it once done, as the executor's ExecCloseIndices() does (without
+ * it, 18 warns at commit of a pin left on job_done's BRIN).  15 keeps no
+ * such state.
+ */
+#if PG_VERSION_NUM >= 170000
+#define pgjq_index_insert_cleanup(index, ii)	index_insert_cleanup((index), (ii))
+#else
+#define pgjq_index_insert_cleanup(index, ii)	((void) 0)
+#endif
+
+/*
  * PostgreSQL 18: the IsBackgroundWorker flag gave way to the process's
  * backend type (AmBackgroundWorkerProcess()).
  */

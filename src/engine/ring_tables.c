@@ -337,6 +337,7 @@ ring_body_append(int s, int n, const BodyRow *rows, ItemPointerData *tids)
 
 			index_insert(idx, &v, &isnull, &tids[i], rel, UNIQUE_CHECK_NO, false, ii);
 		}
+		pgjq_index_insert_cleanup(idx, ii);
 		index_close(idx, NoLock);
 	}
 	table_close(rel, NoLock);

@@ -330,6 +330,7 @@ pgjq_history_insert_done(const Datum *values, const bool *nulls)
 		}
 		index_insert(idx, iv, in, &tup->t_self, rel,
 					 idx->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false, ii);
+		pgjq_index_insert_cleanup(idx, ii);
 		index_close(idx, NoLock);
 	}
 	list_free(idxoids);
