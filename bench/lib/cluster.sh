@@ -1,5 +1,6 @@
-# bench/lib/cluster.sh: a throwaway PostgreSQL 15 cluster for bench/run and
-# bench/demo.  Sourced, not run.
+# bench/lib/cluster.sh: a throwaway PostgreSQL cluster (15, Debian's, unless
+# PGBIN names another, e.g. PostgreSQL 18 from test/pg-build) for bench/run
+# and bench/demo.  Sourced, not run.
 #
 # PostgreSQL refuses to run as root, so the server runs as the "postgres" OS
 # user with its data directory and Unix socket under a fresh /tmp directory,
@@ -25,15 +26,21 @@ as_postgres()
 	fi
 }
 
-# cluster_init PREFIX: initdb into a new /tmp/PREFIX.XXXXXX directory
+# cluster_init PREFIX: initdb into a new /tmp/PREFIX.XXXXXX directory.
+# Data checksums stay off on every version: PostgreSQL 18's initdb turns
+# them on by default (15's does not), and with them every hint bit set after
+# a checkpoint writes a full-page image, which would measure the setting
+# rather than the version.
 cluster_init()
 {
+	local opts=()
 	PGHOST_DIR=$(mktemp -d "/tmp/$1.XXXXXX")
 	chmod 755 "$PGHOST_DIR"
 	[ "$(id -u)" = 0 ] && chown postgres: "$PGHOST_DIR"
 	PGDATA_DIR=$PGHOST_DIR/data
+	"$PGBIN/initdb" --help | grep -q -- --no-data-checksums && opts+=(--no-data-checksums)
 	as_postgres "$PGBIN/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust \
-		--encoding=UTF8 --locale=C.UTF-8 >"$PGHOST_DIR/initdb.log" 2>&1 ||
+		--encoding=UTF8 --locale=C.UTF-8 "${opts[@]}" >"$PGHOST_DIR/initdb.log" 2>&1 ||
 		{ cat "$PGHOST_DIR/initdb.log" >&2; return 1; }
 	export PGHOST=$PGHOST_DIR PGPORT PGUSER=postgres
 	unset PGDATABASE PGPASSWORD PGSERVICE PGOPTIONS
@@ -103,11 +110,22 @@ ensure_packages()
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 }
 
-# build_pgjq LOGFILE: make && make install from the repository root, against
-# PostgreSQL 15 whatever other versions are installed
+# build_pgjq LOGFILE [SCRATCH]: make && make install against $PGBIN's
+# PostgreSQL whatever other versions are installed; from the repository root,
+# or with SCRATCH (a new directory) from a copy of the sources there built
+# from clean, so that a build for another major version never mixes its
+# objects with the tree's (bench/run --pg 15,18)
 build_pgjq()
 {
-	(cd "$(dirname "${BASH_SOURCE[0]}")/../.." &&
-		make -s PG_CONFIG="$PGBIN/pg_config" &&
+	local root
+	root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+	if [ -n "${2:-}" ]; then
+		mkdir -p "$2" &&
+			tar -C "$root" -cf - --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+				Makefile pgjq.control src sql | tar -C "$2" -xf - || return 1
+		root=$2
+	fi
+	(cd "$root" &&
+		make -s -j"$(nproc)" PG_CONFIG="$PGBIN/pg_config" &&
 		make -s PG_CONFIG="$PGBIN/pg_config" install) >"$1" 2>&1
 }

@@ -8,6 +8,11 @@
         PREFIX.md (the tables) and PREFIX.png (chart, when gnuplot exists);
         with --docs, the tables and chart link replace the marked section of
         FILE (docs/benchmarks.md)
+    report.py versions --out PREFIX [--docs FILE] [--failed TEXT]... MAJOR=JSON...
+        PREFIX.md: the table of each PostgreSQL version's run (its JSON
+        from "report"), each with pgjq's ratios against that run's own
+        baseline, and those ratios side by side; --failed names a version
+        that was not measured and why
 
 Each window's directory holds "kv" (key=value lines written by bench/run:
 counters before and after, the per-job denominator "jobs", how to get the
@@ -153,6 +158,7 @@ def measure(repdir):
     for k in ("claimed", "depth_end", "dead_jobs"):
         if k in kv:
             out[k] = kv[k]
+    out["ran_dry"] = kv.get("ran_dry") == "1"
     if "fair_first" in kv:
         out["fairness"] = fairness(kv)
     if "error" in kv:
@@ -340,6 +346,7 @@ def aggregate(runs):
                 ", ".join(r.get("dead_jobs", "?") for r in rs_ok)))
         agg[key] = {
             "scenario": key[0], "system": key[1], "reps": len(rs), "ok": len(ok),
+            "ran_dry": sum(1 for r in ok if r.get("ran_dry")),
             "errors": [r["error"] for r in rs if "error" in r],
             "lat_what": next((r["lat_what"] for r in rs if r["lat_what"]), ""),
             "notes": notes, "metrics": metrics,
@@ -403,10 +410,23 @@ def tables(agg, meta):
                                             "dead_per_job"))
                 if s in CAVEAT:
                     cell += " (%s)" % CAVEAT[s]
-            out.append("| %s | %s | %s | %s / %s | %s | %s | %s | %s |" % (
-                s, y, fmt_num(g("jobs_s"), "jobs_s"), fmt_num(g("p50_ms"), "ms"),
+            dry = ""
+            if a.get("ran_dry"):
+                dry = " ⚠ ran dry" if a["ran_dry"] == a["ok"] else " ⚠ ran dry %d/%d" % (
+                    a["ran_dry"], a["ok"])
+            out.append("| %s | %s | %s%s | %s / %s | %s | %s | %s | %s |" % (
+                s, y, fmt_num(g("jobs_s"), "jobs_s"), dry, fmt_num(g("p50_ms"), "ms"),
                 fmt_num(g("p99_ms"), "ms"), fmt_num(g("wal_per_job"), "bytes"),
                 fmt_num(g("commits_per_job"), ""), fmt_num(g("dead_per_job"), ""), cell))
+    dry = ["%s %s (%d of %d runs)" % (a["scenario"], a["system"], a["ran_dry"], a["ok"])
+           for a in (agg[k] for k in sorted(agg, key=lambda k: (
+               ORDER.index(k[0]) if k[0] in ORDER else 99, k[1])))
+           if a.get("ran_dry")]
+    if dry:
+        out.append("")
+        out.append("**Warning: the backlog ran out inside the window** (the clients stopped "
+                   "early; the figure is a drain's, not a sustained rate's, and the ratio "
+                   "compares unlike windows): " + "; ".join(dry) + ".")
     main = "\n".join(out)
 
     det = ["| scenario | system | runs ok | jobs/s min–max | WAL B/job min–max "
@@ -596,7 +616,8 @@ def report(rundir, prefix, docs):
         "reps": int(meta.get("reps", 1)),
         "duration_s": int(meta.get("duration_s", 0)),
         "machine": {k: meta.get(k) for k in ("cpu", "cores", "ram_gib", "kernel", "os")},
-        "software": {k: meta.get(k) for k in ("server_version", "pgjq_version", "git_commit",
+        "software": {k: meta.get(k) for k in ("server_version", "pg_major", "pg_bindir",
+                                              "data_checksums", "pgjq_version", "git_commit",
                                               "git_dirty", "pgbench")},
         "configuration": [c.strip() for c in meta_conf],
         "promotion": meta.get("promotion"),
@@ -664,7 +685,134 @@ def report(rundir, prefix, docs):
             print("\nupdated %s" % docs)
 
 
+def load_agg(path):
+    """a "report" JSON back into (meta-like dict, agg keyed by (scenario, system))"""
+    with open(path) as f:
+        res = json.load(f)
+    agg = {(a["scenario"], a["system"]): a for a in res["results"]}
+    return res, agg
+
+
+def geomean(xs):
+    xs = [x for x in xs if x]
+    if not xs:
+        return None
+    p = 1.0
+    for x in xs:
+        p *= x
+    return p ** (1.0 / len(xs))
+
+
+def versions(prefix, docs, failed, pairs):
+    """PREFIX.md: each version's table, then pgjq's ratios side by side"""
+    runs = []
+    for pair in pairs:
+        major, path = pair.split("=", 1)
+        res, agg = load_agg(path)
+        runs.append((major, path, res, agg))
+    md = []
+    head = ("Run %s: PostgreSQL %s, one after the other, each on its own throwaway cluster "
+            "with the same configuration, pgjq and the baseline measured back to back on it; "
+            "each version's ratios are against its own baseline." % (
+                os.path.basename(prefix), ", ".join(r[0] for r in runs) or "none"))
+    md += [head, ""]
+    for f in failed:
+        md += ["- **PostgreSQL %s**" % f]
+    if failed:
+        md.append("")
+    for major, path, res, agg in runs:
+        sw = res["software"]
+        main, _, _, targets, _, _ = tables(agg, {})
+        md += ["### PostgreSQL %s" % sw.get("server_version"), "",
+               "%s; pgjq %s (commit %s%s); %s, %s run(s) per scenario, median shown; data "
+               "checksums %s; details in `%s`." % (
+                   res["machine"].get("cpu"), sw.get("pgjq_version"), sw.get("git_commit"),
+                   ", uncommitted changes in src/ or sql/" if sw.get("git_dirty", "0") != "0" else "",
+                   "quick sizes" if res.get("quick") else "full sizes", res.get("reps"),
+                   sw.get("data_checksums") or "?", os.path.basename(path)[:-5] + ".md"),
+               "", main, ""]
+        if targets:
+            md += [targets, ""]
+    # side by side: the scenarios every version measured for both systems
+    if len(runs) > 1:
+        scns = [s for s in ORDER if all((s, "pgjq") in r[3] and (s, "baseline") in r[3]
+                                         and r[3][(s, "pgjq")]["metrics"]
+                                         and r[3][(s, "baseline")]["metrics"] for r in runs)]
+        cols = [r[0] for r in runs]
+        t = ["| scenario | " + " | ".join("pgjq jobs/s on %s" % c for c in cols) + " | "
+             + " | ".join("pgjq/baseline jobs/s on %s" % c for c in cols) + " | "
+             + " | ".join("pgjq/baseline WAL/job on %s" % c for c in cols) + " |",
+             "|---|" + "--:|" * (3 * len(cols))]
+        jr = {c: [] for c in cols}
+        for s in scns:
+            cells_j, cells_r, cells_w = [], [], []
+            for major, _, _, agg in runs:
+                pj, bj = med(agg, s, "pgjq", "jobs_s"), med(agg, s, "baseline", "jobs_s")
+                r = ratio(pj, bj)
+                jr[major].append(r)
+                dry = " ⚠" if agg[(s, "pgjq")].get("ran_dry") or agg[(s, "baseline")].get("ran_dry") else ""
+                cells_j.append(fmt_num(pj, "jobs_s"))
+                cells_r.append(fmt_ratio(r) + dry)
+                cells_w.append(fmt_ratio(ratio(med(agg, s, "pgjq", "wal_per_job"),
+                                               med(agg, s, "baseline", "wal_per_job"))))
+            t.append("| %s | %s | %s | %s |" % (s, " | ".join(cells_j), " | ".join(cells_r),
+                                                 " | ".join(cells_w)))
+        if scns:
+            summary = ("pgjq's jobs/s against its own baseline, geometric mean over the %d "
+                       "scenarios measured on every version: %s." % (
+                           len(scns), ", ".join("%s on %s" % (fmt_ratio(geomean(jr[c])), c)
+                                                for c in cols)))
+            own = [ratio(med(runs[-1][3], s, "pgjq", "jobs_s"), med(runs[0][3], s, "pgjq", "jobs_s"))
+                   for s in scns]
+            base = [ratio(med(runs[-1][3], s, "baseline", "jobs_s"),
+                          med(runs[0][3], s, "baseline", "jobs_s")) for s in scns]
+            summary += (" On %s over %s: pgjq's own jobs/s %s, the baseline's %s (geometric "
+                        "means; a shared, noisy machine moves single figures by 10-30%%)." % (
+                            cols[-1], cols[0], fmt_ratio(geomean(own)), fmt_ratio(geomean(base))))
+            md += ["### Side by side", "", summary, "", "\n".join(t), ""]
+            print()
+            print(summary)
+    with open(prefix + ".md", "w") as f:
+        f.write("\n".join(md))
+    for major, _, _, agg in runs:
+        print()
+        print("PostgreSQL %s:" % major)
+        print(tables(agg, {})[0])
+    if docs:
+        begin, end = "<!-- bench:results:begin -->", "<!-- bench:results:end -->"
+        text = open(docs).read()
+        if begin not in text or end not in text:
+            sys.stderr.write("%s: no %s ... %s section; not updated\n" % (docs, begin, end))
+        else:
+            body = "\n".join(md)
+            for major, path, _, _ in runs:
+                png = path[:-5] + ".png"
+                if os.path.exists(png):
+                    rel = os.path.relpath(png, os.path.dirname(os.path.abspath(docs)))
+                    body += "\n![PostgreSQL %s: jobs/s and WAL bytes per job](%s)\n" % (major, rel)
+            text = text[:text.index(begin) + len(begin)] + "\n" + body + "\n" + text[text.index(end):]
+            with open(docs, "w") as f:
+                f.write(text)
+            print("\nupdated %s" % docs)
+
+
 def main(argv):
+    if len(argv) >= 3 and argv[0] == "versions" and argv[1] == "--out":
+        prefix, docs, failed, pairs = argv[2], None, [], []
+        rest = argv[3:]
+        i = 0
+        while i < len(rest):
+            if rest[i] == "--docs":
+                docs = rest[i + 1]
+                i += 2
+            elif rest[i] == "--failed":
+                failed.append(rest[i + 1])
+                i += 2
+            else:
+                pairs.append(rest[i])
+                i += 1
+        versions(prefix, docs, failed, pairs)
+        return 0
     if len(argv) >= 2 and argv[0] == "line":
         print(line(argv[1]))
         return 0
