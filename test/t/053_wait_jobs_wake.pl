@@ -37,9 +37,9 @@ $node->start;
 $node->safe_psql('postgres',
 	q{CREATE EXTENSION pgjq; SELECT pgjq.create_queue('q', lease => '1 min');});
 
-my $a = $node->background_psql('postgres', on_error_stop => 1);
-my $b = $node->background_psql('postgres', on_error_stop => 1);
-my $bpid = $b->query_safe('SELECT pg_backend_pid()');
+my $sa = $node->background_psql('postgres', on_error_stop => 1);
+my $sb = $node->background_psql('postgres', on_error_stop => 1);
+my $bpid = $sb->query_safe(q{SELECT pg_backend_pid()});
 
 sub median
 {
@@ -56,34 +56,34 @@ sub trial
 	my ($first) = split /,/, $ids;
 	my $wait_ids = $all ? $first : $ids;
 	my ($id, $token) = split /\|/,
-	  $a->query_safe(q{SELECT id, token FROM pgjq.claim('q') ORDER BY id LIMIT 1});
+	  $sa->query_safe(q{SELECT id, token FROM pgjq.claim('q') ORDER BY id LIMIT 1});
 	die "A claimed $id, not $first" unless $id eq $first;
 
 	my $marker = 'end of wait_jobs';
-	$b->{stdin} .=
+	$sb->{stdin} .=
 	    "SELECT count(*) FILTER (WHERE state = 'completed'), "
 	  . "extract(epoch FROM clock_timestamp()) "
 	  . "FROM pgjq.wait_jobs(ARRAY[$wait_ids]::bigint[], '10 s', \"all\" => "
 	  . ($all ? 'true' : 'false') . ");\n"
 	  . "\\echo '$marker'\n";
-	$b->{run}->pump_nb();
+	$sb->{run}->pump_nb();
 	$node->poll_query_until('postgres',
 		"SELECT wait_event IN ('Extension', 'PgjqClaim', 'PgjqWaitJobs') FROM pg_stat_activity WHERE pid = $bpid")
 	  or die 'B does not sleep';
 
-	my $t0 = $a->query_safe('SELECT extract(epoch FROM clock_timestamp())');
-	$a->query_safe("SELECT pgjq.complete($id, $token)");
-	my $t1 = $a->query_safe('SELECT extract(epoch FROM clock_timestamp())');
+	my $t0 = $sa->query_safe('SELECT extract(epoch FROM clock_timestamp())');
+	$sa->query_safe("SELECT pgjq.complete($id, $token)");
+	my $t1 = $sa->query_safe('SELECT extract(epoch FROM clock_timestamp())');
 
-	pump_until($b->{run}, $b->{timeout}, \$b->{stdout}, qr/$marker\n/)
+	pump_until($sb->{run}, $sb->{timeout}, \$sb->{stdout}, qr/$marker\n/)
 	  or die 'B did not finish';
-	my $out = $b->{stdout};
+	my $out = $sb->{stdout};
 	$out =~ s/\n?$marker\n//;
-	$b->{stdout} = '';
+	$sb->{stdout} = '';
 	my ($done, $t2) = split /\|/, $out;
 
 	# the other job: claimed and completed, so the queue ends empty
-	$a->query_safe(q{SELECT pgjq.complete(id, token) FROM pgjq.claim('q')});
+	$sa->query_safe(q{SELECT pgjq.complete(id, token) FROM pgjq.claim('q')});
 	return (($t2 - $t0) * 1000, ($t1 - $t0) * 1000, $done);
 }
 
@@ -110,7 +110,7 @@ for my $all (1, 0)
 is($node->safe_psql('postgres', q{SELECT ready || '/' || running FROM pgjq.queue_stats WHERE queue = 'q'}),
 	'0/0', 'every job was claimed and completed');
 
-$a->quit;
-$b->quit;
+$sa->quit;
+$sb->quit;
 $node->stop;
 done_testing();
