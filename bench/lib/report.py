@@ -670,19 +670,24 @@ def report(rundir, prefix, docs):
         print()
         print(extra)
     if docs:
-        begin, end = "<!-- bench:results:begin -->", "<!-- bench:results:end -->"
-        text = open(docs).read()
-        if begin not in text or end not in text:
-            sys.stderr.write("%s: no %s ... %s section; not updated\n" % (docs, begin, end))
-        else:
+        body = "\n".join(md)
+        if have_chart:
             rel = os.path.relpath(png, os.path.dirname(os.path.abspath(docs)))
-            body = "\n".join(md)
-            if have_chart:
-                body += "\n![jobs/s and WAL bytes per job, per scenario](%s)\n" % rel
-            text = text[:text.index(begin) + len(begin)] + "\n" + body + "\n" + text[text.index(end):]
-            with open(docs, "w") as f:
-                f.write(text)
-            print("\nupdated %s" % docs)
+            body += "\n![jobs/s and WAL bytes per job, per scenario](%s)\n" % rel
+        update_docs(docs, body)
+
+
+def update_docs(docs, body):
+    """replace the results section of docs (between its bench:results markers) with body"""
+    begin, end = "<!-- bench:results:begin -->", "<!-- bench:results:end -->"
+    text = open(docs).read()
+    if begin not in text or end not in text:
+        sys.stderr.write("%s: no %s ... %s section; not updated\n" % (docs, begin, end))
+        return
+    text = text[:text.index(begin) + len(begin)] + "\n" + body + "\n" + text[text.index(end):]
+    with open(docs, "w") as f:
+        f.write(text)
+    print("\nupdated %s" % docs)
 
 
 def load_agg(path):
@@ -779,21 +784,13 @@ def versions(prefix, docs, failed, pairs):
         print("PostgreSQL %s:" % major)
         print(tables(agg, {})[0])
     if docs:
-        begin, end = "<!-- bench:results:begin -->", "<!-- bench:results:end -->"
-        text = open(docs).read()
-        if begin not in text or end not in text:
-            sys.stderr.write("%s: no %s ... %s section; not updated\n" % (docs, begin, end))
-        else:
-            body = "\n".join(md)
-            for major, path, _, _ in runs:
-                png = path[:-5] + ".png"
-                if os.path.exists(png):
-                    rel = os.path.relpath(png, os.path.dirname(os.path.abspath(docs)))
-                    body += "\n![PostgreSQL %s: jobs/s and WAL bytes per job](%s)\n" % (major, rel)
-            text = text[:text.index(begin) + len(begin)] + "\n" + body + "\n" + text[text.index(end):]
-            with open(docs, "w") as f:
-                f.write(text)
-            print("\nupdated %s" % docs)
+        body = "\n".join(md)
+        for major, path, _, _ in runs:
+            png = path[:-5] + ".png"
+            if os.path.exists(png):
+                rel = os.path.relpath(png, os.path.dirname(os.path.abspath(docs)))
+                body += "\n![PostgreSQL %s: jobs/s and WAL bytes per job](%s)\n" % (major, rel)
+        update_docs(docs, body)
 
 
 def main(argv):
